@@ -1,0 +1,75 @@
+"""Small file helpers shared by the readers and writers: atomic writes and YAML loading."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tsched.errors import InputError
+
+try:  # PyYAML's C loader is ~10x faster on big model files; fall back to pure Python.
+    _Loader: type = yaml.CSafeLoader
+    _Dumper: type = yaml.CSafeDumper
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _Loader = yaml.SafeLoader
+    _Dumper = yaml.SafeDumper
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` so that the file is either the old one or the whole new one.
+
+    The text goes to a temporary file in the same folder, is flushed to disk, then renamed over
+    the target; on any error the temporary file is removed and the target is untouched.
+    """
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{target}: cannot write: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_text(path: str | os.PathLike[str], what: str) -> str:
+    """Read a text file, turning a missing or unreadable file into an :class:`InputError`."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{p}: {what} file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{p}: expected a {what} file, found a folder") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: cannot read {what} file: {exc}") from exc
+
+
+def load_yaml_text(text: str, source: str) -> Any:
+    """Parse YAML, reporting syntax errors with ``source:line:column`` (1-based)."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - SafeLoader/CSafeLoader only
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise InputError(f"{where}: YAML syntax error: {problem}") from exc
+    except yaml.YAMLError as exc:
+        raise InputError(f"{source}: YAML error: {exc}") from exc
+
+
+def dump_yaml(data: Any) -> str:
+    """Dump plain data as block-style YAML with keys in insertion order."""
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100)

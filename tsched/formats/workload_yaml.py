@@ -1,0 +1,336 @@
+"""Reader and writer of the ``tsched: workload/v1`` YAML format (DESIGN.md §3).
+
+A workload file gives exactly one traffic source:
+
+- ``layout`` + ``model``: a training job's parallel layout (see :func:`tsched.workload.layout_traffic`);
+- ``serving`` + ``model``: an inference deployment (see :func:`tsched.workload.serving_traffic`);
+- ``traffic``: an edge list ``[{src, dst, gb}, …]`` with ``workers``;
+- ``traffic_matrix``: an inline square matrix (GB sent row → column);
+- ``traffic_file``: a ``.npy`` square matrix, a square CSV matrix, or a CSV edge list whose header
+  is ``src,dst,gb`` (relative paths are relative to the workload file).
+
+Optional ``constraints: {gpu_models: [H100, H200], memory_gb: 60}`` restrict the GPUs a worker may
+use (allowed models; minimum GPU memory per worker in GB).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tsched._io import atomic_write_text, dump_yaml, load_yaml_text, read_text
+from tsched.errors import InputError
+from tsched.formats._check import Checker, join
+from tsched.workload import (
+    DEFAULT_ORDER,
+    PARALLEL_DIMS,
+    Layout,
+    ModelSpec,
+    PoolSpec,
+    ServingSpec,
+    Workload,
+)
+
+__all__ = ["WORKLOAD_VERSION", "workload_from_dict", "workload_to_dict", "read_workload",
+           "write_workload", "parse_workload_text"]
+
+WORKLOAD_VERSION = "workload/v1"
+_SOURCES = ("layout", "serving", "traffic", "traffic_matrix", "traffic_file")
+_TOP_KEYS = ("tsched", "name", "description", "workers", "model", "constraints", *_SOURCES)
+_MODEL_KEYS = ("params_b", "hidden", "layers", "seq_len", "micro_batch", "micro_batches",
+               "bytes_per_element", "experts", "top_k", "expert_params_b")
+_EDGE_KEYS = frozenset(("src", "dst", "gb"))
+
+
+def read_workload(path: str | os.PathLike[str]) -> Workload:
+    """Read a ``workload/v1`` YAML file; errors name the file and field."""
+    text = read_text(path, "workload")
+    return parse_workload_text(text, str(path), base=Path(path).parent)
+
+
+def parse_workload_text(text: str, source: str, base: Path | None = None) -> Workload:
+    return workload_from_dict(load_yaml_text(text, source), source, base=base)
+
+
+def workload_from_dict(data: Any, source: str = "workload", base: Path | None = None) -> Workload:
+    """Build a :class:`Workload` from a parsed ``workload/v1`` document."""
+    ck = Checker(source)
+    doc = ck.mapping(data, "", required=("tsched", "name"), optional=_TOP_KEYS,
+                     example="tsched: workload/v1")
+    if doc["tsched"] != WORKLOAD_VERSION:
+        raise ck.fail("tsched", f"expected {WORKLOAD_VERSION!r}, got {doc['tsched']!r}")
+    name = ck.string(doc["name"], "name")
+    given = [k for k in _SOURCES if k in doc]
+    if len(given) != 1:
+        what = "none" if not given else ", ".join(given)
+        raise ck.fail("", f"give exactly one of {', '.join(_SOURCES)} (found: {what})")
+    kind = given[0]
+    extra: dict[str, Any] = {"description": str(doc.get("description", ""))}
+    extra.update(_constraints(ck, doc.get("constraints")))
+
+    if kind in ("layout", "serving"):
+        if "model" not in doc:
+            raise ck.fail("", f"'{kind}' needs a 'model' (e.g. model: {{params_b: 8, hidden: 4096,"
+                          " layers: 32}})")
+        if "workers" in doc:
+            raise ck.fail("workers", f"not allowed with '{kind}' (the worker count follows from it)")
+        model = _model(ck, doc["model"])
+        try:
+            if kind == "layout":
+                return Workload.from_layout(name, _layout(ck, doc["layout"]), model, **extra)
+            return Workload.from_serving(name, _serving(ck, doc["serving"]), model, **extra)
+        except InputError as exc:
+            if str(exc).startswith(source):
+                raise
+            raise InputError(f"{source}: {exc}") from exc
+    if "model" in doc:
+        raise ck.fail("model", f"only used with layout or serving, not with '{kind}'")
+
+    if kind == "traffic_matrix":
+        matrix = _matrix(ck, doc["traffic_matrix"], "traffic_matrix")
+        _check_workers(ck, doc, matrix.shape[0])
+        return _from_matrix(ck, name, matrix, "traffic_matrix", extra)
+    if kind == "traffic_file":
+        path = Path(ck.string(doc["traffic_file"], "traffic_file"))
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        src, dst, gb, workers = _traffic_file(ck, path, doc.get("workers"))
+        return Workload(name, workers, src, dst, gb, **extra)
+    if "workers" not in doc:
+        raise ck.fail("", "explicit 'traffic' needs 'workers' (the number of workers)")
+    workers = ck.integer(doc["workers"], "workers", minimum=1)
+    src, dst, gb = _edges(ck, doc["traffic"])
+    try:
+        return Workload(name, workers, src, dst, gb, **extra)
+    except InputError as exc:
+        raise InputError(f"{source}: {str(exc).split(': ', 1)[-1]}") from exc
+
+
+def _constraints(ck: Checker, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    doc = ck.mapping(value, "constraints", optional=("gpu_models", "memory_gb"),
+                     example="{gpu_models: [H100], memory_gb: 60}")
+    out: dict[str, Any] = {}
+    if "gpu_models" in doc:
+        models = ck.sequence(doc["gpu_models"], "constraints.gpu_models", example="[H100, H200]")
+        if not models:
+            raise ck.fail("constraints.gpu_models", "must list at least one GPU model")
+        out["gpu_models"] = tuple(ck.string(m, join("constraints.gpu_models", i))
+                                  for i, m in enumerate(models))
+    if "memory_gb" in doc:
+        out["memory_gb"] = ck.number(doc["memory_gb"], "constraints.memory_gb", minimum=0.0)
+    return out
+
+
+def _layout(ck: Checker, value: Any) -> Layout:
+    doc = ck.mapping(value, "layout", optional=(*PARALLEL_DIMS, "order"),
+                     example="{tp: 8, pp: 4, dp: 2}")
+    sizes = {d: ck.integer(doc.get(d, 1), join("layout", d), minimum=1) for d in PARALLEL_DIMS}
+    order = ck.string(doc.get("order", DEFAULT_ORDER), "layout.order")
+    return Layout(order=order, **sizes)
+
+
+def _model(ck: Checker, value: Any) -> ModelSpec:
+    doc = ck.mapping(value, "model", required=("params_b", "hidden", "layers"),
+                     optional=_MODEL_KEYS, example="{params_b: 70, hidden: 8192, layers: 80}")
+    ints = {k: ck.integer(doc[k], join("model", k), minimum=1)
+            for k in ("hidden", "layers", "seq_len", "micro_batch", "micro_batches") if k in doc}
+    ints.update({k: ck.integer(doc[k], join("model", k), minimum=0)
+                 for k in ("experts", "top_k") if k in doc})
+    floats = {k: ck.number(doc[k], join("model", k), minimum=0.0)
+              for k in ("params_b", "expert_params_b") if k in doc}
+    if "bytes_per_element" in doc:
+        floats["bytes_per_element"] = ck.number(doc["bytes_per_element"],
+                                                "model.bytes_per_element", positive=True)
+    return ModelSpec(**ints, **floats)
+
+
+def _serving(ck: Checker, value: Any) -> ServingSpec:
+    doc = ck.mapping(value, "serving", required=("decode",),
+                     optional=("prefill", "decode", "requests_per_s", "prompt_tokens",
+                               "output_tokens", "kv_bytes_per_token"),
+                     example="{prefill: {replicas: 2, tp: 4}, decode: {replicas: 1, tp: 8}}")
+
+    def pool(key: str) -> PoolSpec:
+        p = ck.mapping(doc[key], join("serving", key), required=("replicas",), optional=("tp",))
+        return PoolSpec(ck.integer(p["replicas"], f"serving.{key}.replicas", minimum=1),
+                        ck.integer(p.get("tp", 1), f"serving.{key}.tp", minimum=1))
+
+    kw: dict[str, Any] = {}
+    if "requests_per_s" in doc:
+        kw["requests_per_s"] = ck.number(doc["requests_per_s"], "serving.requests_per_s",
+                                         positive=True)
+    for key in ("prompt_tokens", "output_tokens"):
+        if key in doc:
+            kw[key] = ck.integer(doc[key], join("serving", key), minimum=1)
+    if "kv_bytes_per_token" in doc:
+        kw["kv_bytes_per_token"] = ck.number(doc["kv_bytes_per_token"],
+                                             "serving.kv_bytes_per_token", positive=True)
+    return ServingSpec(decode=pool("decode"),
+                       prefill=pool("prefill") if "prefill" in doc else None, **kw)
+
+
+def _edges(ck: Checker, value: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    edges = ck.sequence(value, "traffic", example="[{src: 0, dst: 1, gb: 10.0}]")
+    src: list[Any] = []
+    dst: list[Any] = []
+    gb: list[Any] = []
+    for i, edge in enumerate(edges):
+        if type(edge) is not dict or edge.keys() != _EDGE_KEYS:  # fast path for big files
+            ck.mapping(edge, join("traffic", i), required=_EDGE_KEYS,
+                       example="{src: 0, dst: 1, gb: 10.0}")
+        src.append(edge["src"])
+        dst.append(edge["dst"])
+        gb.append(edge["gb"])
+    try:
+        s = np.array(src, dtype=np.int64)
+        d = np.array(dst, dtype=np.int64)
+        g = np.array(gb, dtype=np.float64)
+        if not (np.array_equal(s, src) and np.array_equal(d, dst)):
+            raise TypeError
+    except (TypeError, ValueError):
+        for i, edge in enumerate(edges):
+            ck.integer(edge["src"], f"traffic[{i}].src", minimum=0)
+            ck.integer(edge["dst"], f"traffic[{i}].dst", minimum=0)
+            ck.number(edge["gb"], f"traffic[{i}].gb")
+        raise
+    return s, d, g
+
+
+def _matrix(ck: Checker, value: Any, where: str) -> np.ndarray:
+    rows = ck.sequence(value, where, example="[[0, 1.5], [1.5, 0]]")
+    for i, row in enumerate(rows):
+        ck.sequence(row, join(where, i))
+    n = len(rows)
+    for i, row in enumerate(rows):
+        if len(row) != n:
+            raise ck.fail(where, f"matrix is not square: {n} rows but row {i} has "
+                          f"{len(row)} entries")
+    try:
+        matrix = np.array(rows, dtype=float).reshape(n, n)
+    except (TypeError, ValueError) as exc:
+        raise ck.fail(where, f"entries must be numbers: {exc}") from exc
+    return matrix
+
+
+def _check_workers(ck: Checker, doc: Any, n: int) -> None:
+    if "workers" in doc and ck.integer(doc["workers"], "workers", minimum=1) != n:
+        raise ck.fail("workers", f"says {doc['workers']} but the traffic matrix is {n}x{n}")
+
+
+def _from_matrix(ck: Checker, name: str, matrix: np.ndarray, where: str,
+                 extra: dict[str, Any]) -> Workload:
+    bad = np.argwhere(~np.isfinite(matrix))
+    if len(bad):
+        i, j = bad[0]
+        raise ck.fail(f"{where}[{i}][{j}]", f"must be a finite number of GB, got {matrix[i, j]}")
+    bad = np.argwhere(matrix < 0)
+    if len(bad):
+        i, j = bad[0]
+        raise ck.fail(f"{where}[{i}][{j}]", f"must be >= 0 GB, got {matrix[i, j]:g}")
+    if matrix.shape[0] < 1:
+        raise ck.fail(where, "matrix is empty")
+    return Workload.from_matrix(name, matrix, **extra)
+
+
+def _traffic_file(ck: Checker, path: Path, workers: Any
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    where = f"traffic_file ({path})"
+    if path.suffix == ".npy":
+        try:
+            matrix = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise ck.fail("traffic_file", f"file not found: {path}") from None
+        except (OSError, ValueError) as exc:
+            raise ck.fail("traffic_file", f"cannot read {path}: {exc}") from exc
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ck.fail(where, f"matrix must be square, got shape {matrix.shape}")
+        return _matrix_edges(ck, np.asarray(matrix, dtype=float), where, workers)
+    text = read_text(path, "traffic")
+    first = text.lstrip().split("\n", 1)[0].replace(" ", "").lower()
+    if first.startswith("src,dst,gb"):
+        try:
+            rows = list(csv.DictReader(io.StringIO(text.lstrip())))
+            s = np.array([int(r["src"]) for r in rows], dtype=np.int64)
+            d = np.array([int(r["dst"]) for r in rows], dtype=np.int64)
+            g = np.array([float(r["gb"]) for r in rows])
+        except (TypeError, ValueError) as exc:
+            raise ck.fail(where, f"bad edge row: {exc}") from exc
+        if workers is None:
+            raise ck.fail("", "an edge-list traffic_file needs 'workers'")
+        n = ck.integer(workers, "workers", minimum=1)
+        return s, d, g, n
+    try:
+        matrix = np.loadtxt(io.StringIO(text), delimiter=",", ndmin=2)
+    except ValueError as exc:
+        raise ck.fail(where, f"expected a square CSV matrix or a src,dst,gb edge list: {exc}") \
+            from exc
+    if matrix.shape[0] != matrix.shape[1]:
+        raise ck.fail(where, f"matrix is not square: shape {matrix.shape}")
+    return _matrix_edges(ck, matrix, where, workers)
+
+
+def _matrix_edges(ck: Checker, matrix: np.ndarray, where: str, workers: Any
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    n = matrix.shape[0]
+    if workers is not None and ck.integer(workers, "workers", minimum=1) != n:
+        raise ck.fail("workers", f"says {workers} but the traffic matrix is {n}x{n}")
+    bad = np.argwhere(~np.isfinite(matrix) | (matrix < 0))
+    if len(bad):
+        i, j = bad[0]
+        raise ck.fail(f"{where}[{i}][{j}]", f"must be a finite number >= 0 GB, got {matrix[i, j]}")
+    s, d = np.nonzero(matrix)
+    return s, d, matrix[s, d], n
+
+
+def workload_to_dict(workload: Workload) -> dict[str, Any]:
+    """Plain data for a workload: its layout/serving description, or its explicit traffic."""
+    doc: dict[str, Any] = {"tsched": WORKLOAD_VERSION, "name": workload.name}
+    if workload.description:
+        doc["description"] = workload.description
+    if workload.layout is not None or workload.serving is not None:
+        assert workload.model is not None
+        model = {k: _num(getattr(workload.model, k)) for k in _MODEL_KEYS}
+        if workload.layout is not None:
+            lay = workload.layout
+            doc["layout"] = {**{d: lay.size(d) for d in PARALLEL_DIMS}, "order": lay.order}
+        else:
+            s = workload.serving
+            assert s is not None
+            serving: dict[str, Any] = {}
+            if s.prefill is not None:
+                serving["prefill"] = {"replicas": s.prefill.replicas, "tp": s.prefill.tp}
+            serving["decode"] = {"replicas": s.decode.replicas, "tp": s.decode.tp}
+            serving.update(requests_per_s=_num(s.requests_per_s), prompt_tokens=s.prompt_tokens,
+                           output_tokens=s.output_tokens)
+            if s.kv_bytes_per_token is not None:
+                serving["kv_bytes_per_token"] = _num(s.kv_bytes_per_token)
+            doc["serving"] = serving
+        doc["model"] = model
+    else:
+        doc["workers"] = workload.workers
+        doc["traffic"] = [{"src": int(a), "dst": int(b), "gb": float(g)}
+                          for a, b, g in zip(workload.src, workload.dst, workload.gb)]
+    constraints: dict[str, Any] = {}
+    if workload.gpu_models is not None:
+        constraints["gpu_models"] = list(workload.gpu_models)
+    if workload.memory_gb is not None:
+        constraints["memory_gb"] = _num(workload.memory_gb)
+    if constraints:
+        doc["constraints"] = constraints
+    return doc
+
+
+def write_workload(workload: Workload, path: str | os.PathLike[str]) -> None:
+    """Write ``workload`` as ``workload/v1`` YAML, atomically."""
+    atomic_write_text(Path(path), dump_yaml(workload_to_dict(workload)))
+
+
+def _num(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else float(x)

@@ -1,0 +1,386 @@
+"""The placement problem, its objective, cost breakdown and swap deltas (pure numpy).
+
+A :class:`PlacementProblem` has ``n`` workers and ``m ≥ n`` candidate *locations* (free GPUs the
+workload may use; for a raw QAP, the QAP's locations). An *assignment* is an int array of length
+``n`` with distinct location indices: ``assignment[w]`` is the location of worker ``w``. The
+objective is
+
+    Σ over traffic edges (i → j, gb) of gb · D[assignment[i], assignment[j]]  +  Σ_i C[i, assignment[i]]
+
+with D in seconds per GB, so it is the serialised communication time per iteration in seconds.
+The linear term C is only used for raw QAPs whose flow matrix has a non-zero diagonal
+(QAPLIB's definition charges A[i, i] · B[p(i), p(i)]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from tsched.cluster import Cluster
+from tsched.errors import InputError
+from tsched.workload import Workload, canonical_traffic
+
+__all__ = [
+    "PlacementProblem",
+    "objective",
+    "cost_by_link",
+    "swap_delta",
+    "move_delta",
+    "check_assignment",
+]
+
+#: Largest location count for which a dense (m, m) distance matrix is built on demand.
+DENSE_DISTANCE_LIMIT = 20_000
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementProblem:
+    """A validated placement problem: traffic between workers, distances between locations.
+
+    Build it with :meth:`build` (cluster + workload, honouring busy GPUs and the workload's
+    constraints) or :meth:`from_qap` (two matrices). An instance with more workers than usable
+    GPUs is still a problem: ``feasible`` is False and ``infeasible_reason`` says why, and every
+    solver returns status ``infeasible`` for it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from tsched.problem import PlacementProblem, objective
+    >>> p = PlacementProblem.from_qap(np.array([[0, 2], [2, 0]]), np.array([[0, 5], [5, 0]]))
+    >>> float(objective(p, np.array([1, 0])))
+    20.0
+    """
+
+    name: str
+    n_workers: int
+    locations: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    gb: np.ndarray
+    cluster: Cluster | None = field(default=None, repr=False)
+    workload: Workload | None = field(default=None, repr=False)
+    linear: np.ndarray | None = field(default=None, repr=False)
+    infeasible_reason: str = ""
+    given_distance: np.ndarray | None = field(default=None, repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(cls, cluster: Cluster, workload: Workload) -> PlacementProblem:
+        """Problem for placing ``workload`` on the free GPUs of ``cluster`` that it may use.
+
+        Locations are the cluster's GPUs that are not busy, have an allowed model
+        (``workload.gpu_models``) and at least ``workload.memory_gb`` of memory, in global order.
+        """
+        free = cluster.free_mask()
+        allowed = np.ones(cluster.n_gpus, dtype=bool)
+        if workload.gpu_models is not None:
+            allowed &= np.isin(cluster.gpu_models(), list(workload.gpu_models))
+        if workload.memory_gb is not None:
+            allowed &= cluster.gpu_memory_gb() >= workload.memory_gb
+        usable = np.flatnonzero(free & allowed)
+        reason = ""
+        if workload.workers > len(usable):
+            parts = [f"{int((~free).sum())} busy"]
+            if workload.gpu_models is not None:
+                parts.append(f"{int((free & ~np.isin(cluster.gpu_models(), list(workload.gpu_models))).sum())} "
+                             f"free but not of model {'/'.join(workload.gpu_models)}")
+            if workload.memory_gb is not None:
+                parts.append(f"{int((free & (cluster.gpu_memory_gb() < workload.memory_gb)).sum())} "
+                             f"free but under {workload.memory_gb:g} GB")
+            reason = (f"workload {workload.name!r} needs {workload.workers} GPUs but cluster "
+                      f"{cluster.name!r} has {len(usable)} usable of {cluster.n_gpus} "
+                      f"({', '.join(parts)})")
+        return cls(
+            name=f"{workload.name}@{cluster.name}",
+            n_workers=workload.workers,
+            locations=_readonly(usable.astype(np.int64)),
+            src=workload.src, dst=workload.dst, gb=workload.gb,
+            cluster=cluster, workload=workload, infeasible_reason=reason,
+        )
+
+    @classmethod
+    def from_qap(cls, flow: Any, distance: Any, name: str = "qap") -> PlacementProblem:
+        """A raw QAP: minimise Σ_ij flow[i, j] · distance[p(i), p(j)] over permutations p.
+
+        ``flow`` may be smaller than ``distance`` (n workers, m ≥ n locations); then p is an
+        injection. Diagonal flow entries are kept as a linear term, so the objective matches
+        QAPLIB's definition exactly.
+        """
+        a = np.asarray(flow, dtype=float)
+        b = np.asarray(distance, dtype=float)
+        for label, mat in (("flow", a), ("distance", b)):
+            if mat.ndim != 2 or mat.shape[0] != mat.shape[1]:
+                raise InputError(f"{name}: {label} matrix must be square, got shape {mat.shape}")
+            if not np.all(np.isfinite(mat)):
+                raise InputError(f"{name}: {label} matrix has NaN or infinite entries")
+        n, m = a.shape[0], b.shape[0]
+        if n < 1:
+            raise InputError(f"{name}: flow matrix is empty")
+        off = a.copy()
+        np.fill_diagonal(off, 0.0)
+        src, dst = np.nonzero(off)
+        linear = None
+        if np.any(np.diag(a)) and np.any(np.diag(b)):
+            linear = _readonly(np.outer(np.diag(a), np.diag(b)))
+        reason = "" if n <= m else f"{name}: {n} facilities but only {m} locations"
+        return cls(
+            name=name, n_workers=n, locations=_readonly(np.arange(m, dtype=np.int64)),
+            src=_readonly(src.astype(np.int64)), dst=_readonly(dst.astype(np.int64)),
+            gb=_readonly(off[src, dst]), linear=linear, infeasible_reason=reason,
+            given_distance=_readonly(b),
+        )
+
+    @classmethod
+    def from_edges(cls, n_workers: int, src: Any, dst: Any, weight: Any, distance: Any,
+                   name: str = "problem") -> PlacementProblem:
+        """Sparse flow (edge list) with a dense distance matrix between ``m`` locations."""
+        b = np.asarray(distance, dtype=float)
+        s, d, w = canonical_traffic(src, dst, weight, n_workers, f"{name}: traffic")
+        m = b.shape[0]
+        reason = "" if n_workers <= m else f"{name}: {n_workers} workers but {m} locations"
+        return cls(name=name, n_workers=n_workers,
+                   locations=_readonly(np.arange(m, dtype=np.int64)), src=_readonly(s),
+                   dst=_readonly(d), gb=_readonly(w), infeasible_reason=reason,
+                   given_distance=_readonly(b))
+
+    # ------------------------------------------------------------------ views
+    @property
+    def n_locations(self) -> int:
+        return len(self.locations)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.infeasible_reason
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.gb)
+
+    def flow_csr(self) -> sp.csr_array:
+        """Traffic as a sparse (n, n) matrix (cached)."""
+        out = self._cache.get("csr")
+        if out is None:
+            n = self.n_workers
+            out = self._cache["csr"] = sp.csr_array((self.gb, (self.src, self.dst)), shape=(n, n))
+        return out
+
+    def flow_dense(self) -> np.ndarray:
+        """Traffic as a dense (n, n) matrix (cached, read-only)."""
+        out = self._cache.get("flow")
+        if out is None:
+            f = np.zeros((self.n_workers, self.n_workers))
+            f[self.src, self.dst] = self.gb
+            out = self._cache["flow"] = _readonly(f)
+        return out
+
+    def distance(self) -> np.ndarray:
+        """Dense (m, m) distance between locations in seconds per GB (cached, read-only)."""
+        if self.given_distance is not None:
+            return self.given_distance
+        out = self._cache.get("distance")
+        if out is None:
+            if self.n_locations > DENSE_DISTANCE_LIMIT:
+                raise InputError(
+                    f"{self.name}: a dense distance matrix over {self.n_locations} locations "
+                    f"would need {self.n_locations ** 2 * 8 / 2**30:.1f} GiB; use pair_distance")
+            assert self.cluster is not None
+            out = self._cache["distance"] = _readonly(
+                self.cluster.distance_matrix(self.locations))
+        return out
+
+    def pair_distance(self, loc_a: np.ndarray, loc_b: np.ndarray) -> np.ndarray:
+        """Distance between location pairs elementwise (no dense matrix needed for clusters)."""
+        if self.given_distance is not None:
+            return self.given_distance[loc_a, loc_b]
+        dense = self._cache.get("distance")
+        if dense is not None:
+            return dense[loc_a, loc_b]
+        assert self.cluster is not None
+        return self.cluster.pair_seconds_per_gb(self.locations[loc_a], self.locations[loc_b])
+
+    def location_node(self) -> np.ndarray:
+        """Node index per location (for a raw QAP every location is its own node)."""
+        if self.cluster is None:
+            return np.arange(self.n_locations)
+        return self.cluster.gpu_node[self.locations]
+
+    def location_groups(self) -> np.ndarray:
+        """(m, L) group id per location and network level (no columns for a raw QAP)."""
+        if self.cluster is None:
+            return np.zeros((self.n_locations, 0), dtype=np.int32)
+        return self.cluster.node_group[self.location_node()]
+
+    def min_pair_distance(self) -> float:
+        """Smallest distance between two distinct locations (a lower bound on any pair's cost)."""
+        cached = self._cache.get("dmin")
+        if cached is not None:
+            return cached
+        m = self.n_locations
+        if m < 2:
+            value = 0.0
+        elif self.cluster is None or self._cache.get("distance") is not None:
+            d = self.distance()
+            value = float(np.min(d[~np.eye(m, dtype=bool)]))
+        else:
+            cl = self.cluster
+            nodes = self.location_node()
+            values = []
+            uniq, first, counts = np.unique(nodes, return_index=True, return_counts=True)
+            for node, start, count in zip(uniq, first, counts):
+                if count > 1:  # locations are in global order, so a node's GPUs are contiguous
+                    idx = self.locations[start:start + count]
+                    a, b = np.meshgrid(idx, idx)
+                    off = a != b
+                    values.append(cl.pair_seconds_per_gb(a[off], b[off]).min())
+            if len(uniq) > 1:
+                meet = cl.node_meet_level()[np.ix_(uniq, uniq)]
+                levels = np.unique(meet[meet > 0])
+                values.append(cl.link_seconds_per_gb[cl.level_link[levels - 1]].min())
+            value = float(min(values))
+        self._cache["dmin"] = value
+        return value
+
+
+# ---------------------------------------------------------------------- pure functions
+def check_assignment(problem: PlacementProblem, assignment: Any) -> np.ndarray:
+    """Validate an assignment: length n, integer location indices in range, all distinct."""
+    a = np.asarray(assignment)
+    if a.shape != (problem.n_workers,):
+        raise InputError(f"assignment: expected {problem.n_workers} locations (one per worker), "
+                         f"got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.integer):
+        raise InputError(f"assignment: expected integer location indices, got {a.dtype}")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < 0 or a.max() >= problem.n_locations):
+        bad = int(np.flatnonzero((a < 0) | (a >= problem.n_locations))[0])
+        raise InputError(f"assignment[{bad}]: location {a[bad]} out of range "
+                         f"(0..{problem.n_locations - 1})")
+    if len(np.unique(a)) != len(a):
+        values, counts = np.unique(a, return_counts=True)
+        raise InputError(f"assignment: location {values[counts > 1][0]} is used by more than "
+                         "one worker")
+    return a
+
+
+def objective(problem: PlacementProblem, assignment: np.ndarray) -> float:
+    """Σ gb · D[a[i], a[j]] over traffic edges (+ the linear term): seconds per iteration.
+
+    O(edges) time and memory; no dense distance matrix is built for cluster problems.
+    """
+    a = np.asarray(assignment, dtype=np.int64)
+    total = float(np.dot(problem.gb, problem.pair_distance(a[problem.src], a[problem.dst])))
+    if problem.linear is not None:
+        total += float(problem.linear[np.arange(problem.n_workers), a].sum())
+    return total
+
+
+def cost_by_link(problem: PlacementProblem, assignment: np.ndarray) -> dict[str, float]:
+    """Objective split by the link class that carries each edge (seconds per iteration).
+
+    For raw QAPs (no cluster) everything is reported under ``"qap"``. Classes that carry no
+    traffic are omitted; values sum to :func:`objective`.
+    """
+    a = np.asarray(assignment, dtype=np.int64)
+    if problem.cluster is None:
+        return {"qap": objective(problem, a)}
+    cl = problem.cluster
+    gpus = problem.locations[a]
+    links = cl.pair_link_index(gpus[problem.src], gpus[problem.dst]).astype(np.int64)
+    cost = problem.gb * cl.link_seconds_per_gb[links]
+    sums = np.bincount(links, weights=cost, minlength=len(cl.link_names))
+    return {cl.link_names[k]: float(sums[k]) for k in np.flatnonzero(sums)}
+
+
+def _incident(problem: PlacementProblem, workers: np.ndarray) -> np.ndarray:
+    """Indices of the traffic edges touching any of ``workers`` (via cached CSR/CSC)."""
+    csr = problem._cache.get("edge_csr")
+    if csr is None:
+        n = problem.n_workers
+        ids = np.arange(problem.n_edges)
+        out_edges = sp.csr_array((ids + 1, (problem.src, problem.dst)), shape=(n, n))
+        in_edges = sp.csr_array((ids + 1, (problem.dst, problem.src)), shape=(n, n))
+        csr = problem._cache["edge_csr"] = (out_edges, in_edges)
+    out_edges, in_edges = csr
+    parts = []
+    for w in workers:
+        parts.append(out_edges.data[out_edges.indptr[w]:out_edges.indptr[w + 1]])
+        parts.append(in_edges.data[in_edges.indptr[w]:in_edges.indptr[w + 1]])
+    return np.unique(np.concatenate(parts)).astype(np.int64) - 1
+
+
+def _local_cost(problem: PlacementProblem, edges: np.ndarray, a: np.ndarray) -> float:
+    return float(np.dot(problem.gb[edges],
+                        problem.pair_distance(a[problem.src[edges]], a[problem.dst[edges]])))
+
+
+def swap_delta(problem: PlacementProblem, assignment: np.ndarray, r: int, s: int) -> float:
+    """Change of the objective if workers ``r`` and ``s`` exchange locations.
+
+    O(deg(r) + deg(s)): only the edges touching r or s are re-priced.
+    """
+    a = np.asarray(assignment, dtype=np.int64)
+    if r == s:
+        return 0.0
+    edges = _incident(problem, np.array([r, s]))
+    b = a.copy()
+    b[r], b[s] = a[s], a[r]
+    delta = _local_cost(problem, edges, b) - _local_cost(problem, edges, a)
+    if problem.linear is not None:
+        lin = problem.linear
+        delta += lin[r, a[s]] + lin[s, a[r]] - lin[r, a[r]] - lin[s, a[s]]
+    return float(delta)
+
+
+def move_delta(problem: PlacementProblem, assignment: np.ndarray, r: int, location: int) -> float:
+    """Change of the objective if worker ``r`` moves to the unused ``location``. O(deg(r))."""
+    a = np.asarray(assignment, dtype=np.int64)
+    edges = _incident(problem, np.array([r]))
+    b = a.copy()
+    b[r] = location
+    delta = _local_cost(problem, edges, b) - _local_cost(problem, edges, a)
+    if problem.linear is not None:
+        delta += problem.linear[r, location] - problem.linear[r, a[r]]
+    return float(delta)
+
+
+def swap_deltas_dense(flow: np.ndarray, dist_pos: np.ndarray, r: int,
+                      rowdot: np.ndarray | None = None, coldot: np.ndarray | None = None,
+                      linear_pos: np.ndarray | None = None) -> np.ndarray:
+    """Objective change for exchanging the positions of ``r`` and every ``s``, as a vector over s.
+
+    ``flow`` is a dense (k, k) flow with a zero diagonal; ``dist_pos[i, j]`` is the distance
+    between the current positions of i and j (``D[p][:, p]``); any row may be a dummy (zero flow)
+    standing for a free location, so a swap with it is a move. General (asymmetric) flow and
+    distance; ``rowdot[i] = Σ_k flow[i, k]·dist_pos[i, k]`` and ``coldot[i] = Σ_k flow[k, i]·
+    dist_pos[k, i]`` may be passed in when maintained incrementally. ``linear_pos[i, j]`` is the
+    linear cost of i at the position of j. O(k²) time (four matrix-vector products).
+    """
+    f, d = flow, dist_pos
+    if rowdot is None:
+        rowdot = np.einsum("ij,ij->i", f, d)
+    if coldot is None:
+        coldot = np.einsum("ij,ij->j", f, d)
+    fr, fc = f[r], f[:, r]
+    dr, dc = d[r], d[:, r]
+    diag = np.diagonal(d)
+    drr = d[r, r]
+    t1 = d @ fr - fr @ dr - rowdot + f @ dr
+    t1 -= -fc * (dc - drr) + fr * (diag - dr)
+    t2 = d.T @ fc - fc @ dc - coldot + f.T @ dc
+    t2 -= -fr * (dr - drr) + fc * (diag - dc)
+    delta = t1 + t2 + (fr - fc) * (dc - dr)
+    if linear_pos is not None:
+        delta += linear_pos[r, :] + linear_pos[:, r] - linear_pos[r, r] - np.diagonal(linear_pos)
+    delta[r] = 0.0
+    return delta
