@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,50 @@ def read_workload(path: str | os.PathLike[str]) -> Workload:
 
 
 def parse_workload_text(text: str, source: str, base: Path | None = None) -> Workload:
-    return workload_from_dict(load_yaml_text(text, source), source, base=base)
+    """Parse ``workload/v1`` YAML text; ``source`` names it in error messages.
+
+    A top-level ``traffic`` list written one flow mapping per line (``- {src: 0, dst: 1, gb:
+    2.5}``, the form :func:`write_workload` emits) is read by a fast path, so a 100k-edge file
+    loads in well under a second; any other form goes through the YAML parser unchanged.
+    """
+    rest, edges = _split_fast_traffic(text)
+    data = load_yaml_text(rest, source)
+    if edges is not None and isinstance(data, dict):
+        data["traffic"] = _FastEdges(edges)
+    return workload_from_dict(data, source, base=base)
+
+
+_EDGE_LINE = re.compile(
+    r"[ \t]*-[ \t]*\{[ \t]*src:[ \t]*(\d+)[ \t]*,[ \t]*dst:[ \t]*(\d+)[ \t]*,[ \t]*"
+    r"gb:[ \t]*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)[ \t]*\}[ \t]*(?:#.*)?")
+_TRAFFIC_KEY = re.compile(r"traffic:[ \t]*(?:#.*)?")
+
+
+class _FastEdges(tuple):
+    """Edge arrays (src, dst, gb) already parsed by the fast path."""
+
+
+def _split_fast_traffic(text: str) -> tuple[str, tuple[np.ndarray, ...] | None]:
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if _TRAFFIC_KEY.fullmatch(line)), None)
+    if start is None:
+        return text, None
+    end = start + 1
+    while end < len(lines) and (not lines[end] or lines[end][0] in " \t-#"):
+        end += 1
+    block = lines[start + 1:end]
+    body = [line for line in block if line.strip() and not line.lstrip().startswith("#")]
+    if len(body) < 1000:  # small lists: the YAML parser gives the best messages
+        return text, None
+    matches = [_EDGE_LINE.fullmatch(line) for line in body]
+    if not all(matches):
+        return text, None
+    src = np.array([m.group(1) for m in matches], dtype=np.int64)  # type: ignore[union-attr]
+    dst = np.array([m.group(2) for m in matches], dtype=np.int64)  # type: ignore[union-attr]
+    gb = np.array([m.group(3) for m in matches], dtype=np.float64)  # type: ignore[union-attr]
+    # keep line numbers of the rest of the file for YAML error messages
+    rest = lines[:start] + ["traffic: []"] + [""] * len(block) + lines[end:]
+    return "\n".join(rest), (src, dst, gb)
 
 
 def workload_from_dict(data: Any, source: str = "workload", base: Path | None = None) -> Workload:
@@ -177,6 +221,8 @@ def _serving(ck: Checker, value: Any) -> ServingSpec:
 
 
 def _edges(ck: Checker, value: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if isinstance(value, _FastEdges):
+        return value[0], value[1], value[2]
     edges = ck.sequence(value, "traffic", example="[{src: 0, dst: 1, gb: 10.0}]")
     src: list[Any] = []
     dst: list[Any] = []

@@ -88,8 +88,8 @@ def kai_tas(problem: PlacementProblem, *, time_limit: float | None, seed: int,
     ids, counts = np.unique(domain, return_counts=True)
     fits = counts >= n
     if not fits.any():
-        if req == top and problem.cluster is not None and len(ids) > 1:
-            chosen = np.arange(problem.n_locations)  # no single top domain: whole cluster
+        if "required_level" not in options and req == top:
+            chosen = np.arange(problem.n_locations)  # no constraint asked for: whole cluster
         else:
             return SolverOutput(None, message=f"kai-tas: no {names[req]} domain has {n} free "
                                               f"GPUs (largest has {counts.max()})")

@@ -1,0 +1,46 @@
+"""Shared fixtures: small clusters and workloads, brute force, paths."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tsched.cluster import Cluster, LinkClass, Node, NodeType
+from tsched.problem import PlacementProblem, objective
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+QAPLIB = DATA / "qaplib"
+MODELS = ROOT / "models"
+
+
+def small_cluster(busy: dict[str, tuple[int, ...]] | None = None, gpus: int = 4) -> Cluster:
+    """2 leaves x 2 nodes x ``gpus`` GPUs; nvlink 400, leaf 50, spine 20 GB/s."""
+    busy = busy or {}
+    links = {"nvlink": LinkClass("nvlink", 400.0, 2), "leaf": LinkClass("leaf", 50.0, 5),
+             "spine": LinkClass("spine", 20.0, 8)}
+    types = {"box": NodeType("box", gpus, "H100", 80, intra="nvlink")}
+    nodes = tuple(Node(f"n{i}", "box", {"leaf": f"l{i // 2}", "spine": "s0"}, busy.get(f"n{i}", ()))
+                  for i in range(4))
+    return Cluster("small", links, ("leaf", "spine"), types, nodes)
+
+
+def brute_force(problem: PlacementProblem) -> tuple[float, np.ndarray]:
+    """Exact optimum by enumerating every injection of workers into locations (tiny only)."""
+    n, m = problem.n_workers, problem.n_locations
+    best, arg = np.inf, None
+    for perm in itertools.permutations(range(m), n):
+        a = np.array(perm)
+        value = objective(problem, a)
+        if value < best - 1e-12:
+            best, arg = value, a
+    assert arg is not None
+    return best, arg
+
+
+@pytest.fixture
+def cluster4() -> Cluster:
+    return small_cluster()

@@ -1,0 +1,238 @@
+"""``tsched`` command line: parse → call the library → print. Errors are caught once here.
+
+Exit codes (DESIGN.md §4): 0 a plan or result was produced, 1 no feasible placement, 2 bad input
+or usage (one line on stderr), 3 a backend or solver failed. ``--json`` prints exactly one JSON
+document on stdout; progress and messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from tsched.errors import InputError, TschedError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_INFEASIBLE, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line on stderr with exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        raise SystemExit(EXIT_INPUT)
+
+
+def _stderr_console(quiet: bool) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, quiet=quiet, highlight=False)
+
+
+def _parse_options(items: Sequence[str] | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise InputError(f"--option {item!r}: expected KEY=VALUE (e.g. --option "
+                             "required_level=leaf)")
+        key, raw = item.split("=", 1)
+        value: Any = raw
+        for convert in (int, float):
+            try:
+                value = convert(raw)
+                break
+            except ValueError:
+                continue
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        options[key.strip()] = value
+    return options
+
+
+def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
+    from tsched.solvers.registry import solve
+
+    console = _stderr_console(args.quiet or args.json)
+    with console.status(f"solving {problem.name} with {args.method} "
+                        f"({problem.n_workers} workers, {problem.n_locations} free GPUs)…"):
+        return solve(problem, method=args.method, time_limit=args.time_limit, seed=args.seed,
+                     options=_parse_options(args.option))
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    import tsched
+    from tsched.plan import plan_table, write_plan
+
+    cluster = tsched.load_cluster(args.cluster)
+    workload = tsched.load_workload(args.workload)
+    problem = tsched.PlacementProblem.build(cluster, workload)
+    result = _solve_and_report(problem, args)
+    plan = result.plan()
+    ok = result.assignment is not None
+    if ok and args.output:
+        write_plan(plan, args.output)
+    if args.json:
+        print(plan.to_json(), end="")
+    else:
+        from rich.console import Console
+
+        out = Console(highlight=False)
+        out.print(cluster.describe())
+        out.print(workload.describe())
+        if ok:
+            out.print(plan_table(plan))
+            gap = "unknown" if result.gap is None else f"{100 * result.gap:.2f}%"
+            bound = "unknown" if result.bound is None else f"{result.bound:.6g} s"
+            out.print(f"status {result.status}  objective {result.objective:.6g} s/iteration  "
+                      f"bound {bound}  gap {gap}  method {result.method}  "
+                      f"{result.wall_time:.3f} s")
+            split = ", ".join(f"{k} {v:.4g} s" for k, v in plan.cost_by_link.items())
+            out.print(f"communication by link: {split or 'none'}")
+        else:
+            out.print(f"status {result.status}: {result.message}")
+    if not args.quiet and args.output and ok and not args.json:
+        _stderr_console(False).print(f"plan written to {args.output}")
+    if not ok:
+        if not args.json:
+            sys.stderr.write(f"tsched: {result.status}: {result.message}\n")
+        return EXIT_INFEASIBLE
+    return EXIT_OK
+
+
+def cmd_qap(args: argparse.Namespace) -> int:
+    from tsched.formats.qaplib import read_dat
+    from tsched.problem import PlacementProblem
+
+    inst = read_dat(args.file)
+    problem = PlacementProblem.from_qap(inst.flow, inst.distance, name=inst.name)
+    args.quiet = getattr(args, "quiet", False)
+    result = _solve_and_report(problem, args)
+    doc = result.qap_dict(inst.name)
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        for key in ("instance", "n", "status", "objective", "bound", "gap", "method",
+                    "wall_time", "seed"):
+            print(f"{key:10} {doc[key]}")
+        if doc["permutation"] is not None:
+            print(f"{'permutation':10} {' '.join(str(p + 1) for p in doc['permutation'])}"
+                  "  (1-based, location of facility i)")
+    return EXIT_OK if result.assignment is not None else EXIT_INFEASIBLE
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from tsched.solvers.registry import solvers
+
+    rows = [{"name": s.name, "exact": s.exact, "bound": s.provides_bound,
+             "installed": s.installed(), "baseline": s.baseline, "description": s.description,
+             "options": sorted(s.options)} for s in solvers().values()]
+    if args.json:
+        print(json.dumps(rows))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="solvers")
+    for col in ("name", "exact?", "bound?", "installed?", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], _yes(r["exact"]), _yes(r["bound"]), _yes(r["installed"]),
+                      r["description"] + (" [baseline]" if r["baseline"] else ""))
+    Console(highlight=False).print(table)
+    return EXIT_OK
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from tsched import presets
+
+    rows = [{"kind": kind, "name": name, "description": presets.description(text)}
+            for kind, table in (("cluster", presets.CLUSTERS), ("workload", presets.WORKLOADS))
+            for name, text in table.items()]
+    if args.json:
+        print(json.dumps(rows))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="built-in presets (use the name wherever a file is expected)")
+    for col in ("kind", "name", "description"):
+        table.add_column(col)
+    for r in rows:
+        default = r["name"] in (presets.DEFAULT_CLUSTER, presets.DEFAULT_WORKLOAD)
+        table.add_row(r["kind"], r["name"] + (" (default)" if default else ""), r["description"])
+    Console(highlight=False).print(table)
+    return EXIT_OK
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tsched import presets
+
+    parser = _Parser(prog="tsched", description="Topology-aware GPU placement planner.")
+    parser.add_argument("--version", action="version", version="tsched 0.1.0")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    def solver_args(p: argparse.ArgumentParser, default_method: str) -> None:
+        p.add_argument("--method", default=default_method,
+                       help=f"solver name, see `tsched methods` (default: {default_method})")
+        p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                       help="time budget in seconds")
+        p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                       help="solver option, repeatable (e.g. required_level=leaf)")
+        p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+        p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    p = sub.add_parser("solve", help="place a workload on a cluster")
+    p.add_argument("--cluster", default=presets.DEFAULT_CLUSTER,
+                   help=f"cluster/v1 file or preset (default: {presets.DEFAULT_CLUSTER})")
+    p.add_argument("--workload", default=presets.DEFAULT_WORKLOAD,
+                   help=f"workload/v1 file or preset (default: {presets.DEFAULT_WORKLOAD})")
+    solver_args(p, "auto")
+    p.add_argument("--output", "-o", metavar="PLAN.json", help="write the plan here (atomically)")
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("qap", help="solve a QAPLIB instance")
+    p.add_argument("file", metavar="FILE.dat")
+    solver_args(p, "auto")
+    p.set_defaults(func=cmd_qap)
+
+    p = sub.add_parser("methods", help="list solvers: exact?, bound?, installed?")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("presets", help="list built-in clusters and workloads")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_presets)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tsched`` console script; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_INPUT
+    try:
+        return func(args)
+    except TschedError as exc:
+        message = " ".join(str(exc).split("\n"))
+        sys.stderr.write(f"tsched: error: {message}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write("tsched: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
