@@ -103,7 +103,7 @@ class PlacementResult:
             cluster=problem.cluster.name if problem.cluster else problem.name,
             workload=problem.workload.name if problem.workload else problem.name,
             status=self.status, objective=self.objective, bound=self.bound, gap=self.gap,
-            method=self.method, wall_time=self.wall_time, seed=self.seed, assignment=entries,
+            method=self.method, wall_time=round(self.wall_time, 6), seed=self.seed, assignment=entries,
             cost_by_link=by_link, message=self.message,
             roles=problem.workload.roles if problem.workload else None,
         )

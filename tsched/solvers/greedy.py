@@ -81,6 +81,21 @@ def _domain_order(cols: np.ndarray, chosen: np.ndarray, top: int) -> np.ndarray:
     return chosen[np.lexsort(keys)]
 
 
+def _fewest_nodes(cols: np.ndarray, ordered: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` locations of ``ordered`` restricted to the fewest nodes that hold ``n``.
+
+    Nodes are taken by free GPU count (most first, ties in ``ordered``'s order), so a job fills
+    whole nodes before it splits a group over half-busy ones; the chosen locations keep the
+    hierarchy order of ``ordered``.
+    """
+    node = cols[ordered, 0]
+    ids, first, counts = np.unique(node, return_index=True, return_counts=True)
+    rank = np.lexsort((first, -counts))
+    take = np.searchsorted(np.cumsum(counts[rank]), n) + 1
+    chosen = np.isin(node, ids[rank[:take]])
+    return ordered[chosen][:n]
+
+
 def _nodes_needed(cols: np.ndarray, chosen: np.ndarray, n: int) -> int:
     counts = np.sort(np.unique(cols[chosen, 0], return_counts=True)[1])[::-1]
     return int(np.searchsorted(np.cumsum(counts), n) + 1)
@@ -108,14 +123,15 @@ def construct_cluster(problem: PlacementProblem, per_level: int = 4
     tried = set()
     for k, dom in candidates:
         ordered = _domain_order(cols, dom, min(k, cols.shape[1] - 1))
-        key = ordered[:n].tobytes()
-        if key in tried:
-            continue
-        tried.add(key)
-        assignment = _grow(problem, sym, ordered[:n])
-        value = objective(problem, assignment)
-        if best is None or value < best[0] - 1e-12:
-            best = (value, assignment, dom, k)
+        for locs in (ordered[:n], _fewest_nodes(cols, ordered, n)):
+            key = np.sort(locs).tobytes()
+            if key in tried:
+                continue
+            tried.add(key)
+            assignment = _grow(problem, sym, locs)
+            value = objective(problem, assignment)
+            if best is None or value < best[0] - 1e-12:
+                best = (value, assignment, dom, k)
     assert best is not None
     level = names[best[3]] if best[3] < len(names) else "cluster"
     return best[1], best[2], {"domain_level": level, "domains_tried": len(tried)}

@@ -1,0 +1,1 @@
+"""Solver benchmark runs: ``python -m benchmarks.<name>``; tables go to ``benchmarks/results/``."""
