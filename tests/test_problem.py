@@ -145,3 +145,17 @@ def test_qap_matrix_errors() -> None:
         PlacementProblem.from_qap(np.ones((2, 3)), np.ones((3, 3)))
     with pytest.raises(InputError, match=r"distance matrix has NaN"):
         PlacementProblem.from_qap(np.ones((2, 2)), np.array([[0, np.nan], [1, 0]]))
+
+
+@given(qap_instances())
+@settings(max_examples=60, deadline=None)
+def test_basic_bound_never_above_brute_force(case) -> None:
+    from conftest import brute_force
+    from tsched.solvers.bounds import basic_bound
+
+    problem, _, _ = case
+    if problem.n_workers > 6:
+        return
+    optimum, _ = brute_force(problem)
+    bound = basic_bound(problem)
+    assert bound is not None and bound <= optimum + 1e-9

@@ -232,6 +232,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(exc).split("\n"))
         sys.stderr.write(f"tsched: error: {message}\n")
         return exc.exit_code
+    except BrokenPipeError:  # e.g. `tsched ... | head`: stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
         sys.stderr.write("tsched: interrupted\n")
         return 130

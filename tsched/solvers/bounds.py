@@ -16,6 +16,9 @@ __all__ = ["basic_bound"]
 def basic_bound(problem: PlacementProblem) -> float | None:
     """Every traffic edge costs at least the smallest distance between two distinct locations.
 
+    For a square raw QAP the bound is also taken with the two matrices' roles swapped, and the
+    larger one kept.
+
     ``Σ_e gb_e · d_min + Σ_i min_k C[i, k]`` (C the linear term of raw QAPs). Valid when all
     traffic is non-negative; returns None otherwise. O(edges) after ``d_min`` is known, and
     ``d_min`` is read from the cluster's link classes without a dense matrix.
@@ -27,7 +30,15 @@ def basic_bound(problem: PlacementProblem) -> float | None:
         return None
     if np.any(problem.gb < 0):
         return None
-    total = float(problem.gb.sum()) * problem.min_pair_distance() if problem.n_edges else 0.0
+    pairs = float(problem.gb.sum()) * problem.min_pair_distance() if problem.n_edges else 0.0
+    d = problem.given_distance
+    if d is not None and problem.n_workers == problem.n_locations and problem.n_workers > 1:
+        # A square QAP is symmetric in its two matrices (Σ F[i,j] D[p(i),p(j)] =
+        # Σ D[k,l] F[q(k),q(l)] with q = p⁻¹), so the same argument holds with the roles swapped.
+        off = ~np.eye(problem.n_workers, dtype=bool)
+        if np.all(d[off] >= 0):
+            pairs = max(pairs, float(d[off].sum()) * float(problem.flow_dense()[off].min()))
+    total = pairs
     if problem.linear is not None:
         total += float(problem.linear.min(axis=1).sum())
     return total
