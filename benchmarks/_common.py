@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def machine() -> str:
     """One line: CPU count, Python and the versions that matter for the numbers."""
     libs = ", ".join(f"{name} {version(name)}" for name in ("numpy", "scipy", "tsched"))
-    return (f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"{libs}")
+    return (
+        f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, {libs}"
+    )
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float], Any]:

@@ -36,8 +36,7 @@ def fragmented(cluster: tsched.Cluster, seed: int = 0) -> tsched.Cluster:
     """A third of the nodes get 4 of their 8 GPUs busy, chosen at random (seeded)."""
     rng = np.random.default_rng(seed)
     nodes = rng.choice(cluster.n_nodes, cluster.n_nodes // 3, replace=False)
-    busy = {cluster.nodes[i].name: sorted(rng.choice(8, 4, replace=False).tolist())
-            for i in nodes}
+    busy = {cluster.nodes[i].name: sorted(rng.choice(8, 4, replace=False).tolist()) for i in nodes}
     return cluster.with_busy(busy)
 
 
@@ -46,9 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else 3
-    lines = [f"# Core scale run\n\nMachine: {machine()}\n",
-             f"Command: `python -m benchmarks.scale{' --quick' if args.quick else ''}` "
-             f"(medians of {repeats} runs)\n"]
+    lines = [
+        f"# Core scale run\n\nMachine: {machine()}\n",
+        f"Command: `python -m benchmarks.scale{' --quick' if args.quick else ''}` "
+        f"(medians of {repeats} runs)\n",
+    ]
 
     t_gen, _, cluster = timed(lambda: tsched.read_cluster(CLUSTER), repeats)
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,14 +58,26 @@ def main(argv: list[str] | None = None) -> int:
         t_exp, _, _ = timed(lambda: tsched.read_cluster(explicit), repeats)
     t_dist, _, _ = timed(lambda: cluster.distance_matrix().shape, repeats)
     t_wl, _, workload = timed(lambda: tsched.read_workload(WORKLOAD), repeats)
-    rows = [["read cluster (generate form, 2,048 nodes)", f"{t_gen:.3f}"],
-            ["read cluster (explicit form, 2,048 nodes)", f"{t_exp:.3f}"],
-            ["distance matrix 16,384 x 16,384 (float64)", f"{t_dist:.3f}"],
-            [f"read workload ({workload.workers} workers, {workload.n_edges} edges)",
-             f"{t_wl:.3f}"]]
+    rows = [
+        ["read cluster (generate form, 2,048 nodes)", f"{t_gen:.3f}"],
+        ["read cluster (explicit form, 2,048 nodes)", f"{t_exp:.3f}"],
+        ["distance matrix 16,384 x 16,384 (float64)", f"{t_dist:.3f}"],
+        [f"read workload ({workload.workers} workers, {workload.n_edges} edges)", f"{t_wl:.3f}"],
+    ]
 
-    cmd = [sys.executable, "-m", "tsched", "solve", "--cluster", str(CLUSTER), "--workload",
-           str(WORKLOAD), "--method", "greedy", "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tsched",
+        "solve",
+        "--cluster",
+        str(CLUSTER),
+        "--workload",
+        str(WORKLOAD),
+        "--method",
+        "greedy",
+        "--json",
+    ]
 
     def cli() -> dict:
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -73,9 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     t_cli, _, doc = timed(cli, repeats)
     rows.append(["`tsched solve ... --method greedy --json` (whole CLI)", f"{t_cli:.3f}"])
     lines.append("## Timings (seconds)\n\n" + markdown_table(["step", "median s"], rows) + "\n")
-    lines.append(f"CLI plan: status {doc['status']}, objective {doc['objective']:.2f} s/iteration, "
-                 f"bound {doc['bound']:.2f}, gap {100 * doc['gap']:.1f} %, solver wall time "
-                 f"{doc['wall_time']:.3f} s.\n")
+    lines.append(
+        f"CLI plan: status {doc['status']}, objective {doc['objective']:.2f} s/iteration, "
+        f"bound {doc['bound']:.2f}, gap {100 * doc['gap']:.1f} %, solver wall time "
+        f"{doc['wall_time']:.3f} s.\n"
+    )
 
     for label, cl in (("whole", cluster), ("fragmented", fragmented(cluster))):
         problem = tsched.PlacementProblem.build(cl, workload)
@@ -83,19 +98,35 @@ def main(argv: list[str] | None = None) -> int:
         best = None
         results = {}
         for method in METHODS:
-            t, _, r = timed(lambda m=method: tsched.solve(problem, method=m, seed=0), repeats)
+            t, _, r = timed(lambda m=method, p=problem: tsched.solve(p, method=m, seed=0), repeats)
             results[method] = (t, r)
             best = r.objective if best is None else min(best, r.objective)
         for method, (t, r) in results.items():
-            table.append([method, r.status, f"{r.objective:.2f}", f"{r.bound:.2f}",
-                          f"{100 * r.gap:.1f}", f"{r.objective / best:.3f}", f"{t:.3f}"])
+            table.append(
+                [
+                    method,
+                    r.status,
+                    f"{r.objective:.2f}",
+                    f"{r.bound:.2f}",
+                    f"{100 * r.gap:.1f}",
+                    f"{r.objective / best:.3f}",
+                    f"{t:.3f}",
+                ]
+            )
         free = int(cl.free_mask().sum())
-        lines.append(f"## {workload.name} on {cl.name}, {label} ({free} free GPUs)\n\n"
-                     + markdown_table(["method", "status", "objective s", "bound s", "gap %",
-                                       "vs best", "median s"], table) + "\n")
-    lines.append("The bound is the basic one (every edge at the cheapest link between two free "
-                 "GPUs); it is far from tight for multi-node jobs, so large gaps here measure the "
-                 "bound as much as the plan.\n")
+        lines.append(
+            f"## {workload.name} on {cl.name}, {label} ({free} free GPUs)\n\n"
+            + markdown_table(
+                ["method", "status", "objective s", "bound s", "gap %", "vs best", "median s"],
+                table,
+            )
+            + "\n"
+        )
+    lines.append(
+        "The bound is the basic one (every edge at the cheapest link between two free "
+        "GPUs); it is far from tight for multi-node jobs, so large gaps here measure the "
+        "bound as much as the plan.\n"
+    )
     text = "\n".join(lines)
     print(text)
     write_result("scale", text)

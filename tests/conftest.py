@@ -20,11 +20,16 @@ MODELS = ROOT / "models"
 def small_cluster(busy: dict[str, tuple[int, ...]] | None = None, gpus: int = 4) -> Cluster:
     """2 leaves x 2 nodes x ``gpus`` GPUs; nvlink 400, leaf 50, spine 20 GB/s."""
     busy = busy or {}
-    links = {"nvlink": LinkClass("nvlink", 400.0, 2), "leaf": LinkClass("leaf", 50.0, 5),
-             "spine": LinkClass("spine", 20.0, 8)}
+    links = {
+        "nvlink": LinkClass("nvlink", 400.0, 2),
+        "leaf": LinkClass("leaf", 50.0, 5),
+        "spine": LinkClass("spine", 20.0, 8),
+    }
     types = {"box": NodeType("box", gpus, "H100", 80, intra="nvlink")}
-    nodes = tuple(Node(f"n{i}", "box", {"leaf": f"l{i // 2}", "spine": "s0"}, busy.get(f"n{i}", ()))
-                  for i in range(4))
+    nodes = tuple(
+        Node(f"n{i}", "box", {"leaf": f"l{i // 2}", "spine": "s0"}, busy.get(f"n{i}", ()))
+        for i in range(4)
+    )
     return Cluster("small", links, ("leaf", "spine"), types, nodes)
 
 

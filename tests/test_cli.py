@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import MODELS, QAPLIB
+
 from tsched.cli import main
 
 
@@ -34,35 +34,59 @@ def test_solve_json_is_one_document(capsys, tmp_path) -> None:
 
 
 def test_solve_with_files_and_option(capsys) -> None:
-    code, out, _ = run(capsys, "solve", "--cluster", str(MODELS / "clusters/hgx-h200-16node.yaml"),
-                       "--workload", str(MODELS / "workloads/mixtral-8x22b-tp2-ep8-dp2.yaml"),
-                       "--method", "kai-tas", "--option", "required_level=leaf", "--json")
+    code, out, _ = run(
+        capsys,
+        "solve",
+        "--cluster",
+        str(MODELS / "clusters/hgx-h200-16node.yaml"),
+        "--workload",
+        str(MODELS / "workloads/mixtral-8x22b-tp2-ep8-dp2.yaml"),
+        "--method",
+        "kai-tas",
+        "--option",
+        "required_level=leaf",
+        "--json",
+    )
     assert code == 0 and json.loads(out)["method"] == "kai-tas"
 
 
 def test_infeasible_exits_1_and_writes_nothing(capsys, tmp_path) -> None:
     plan = tmp_path / "plan.json"
-    code, out, err = run(capsys, "solve", "--workload",
-                         str(MODELS / "workloads/llama3-70b-tp8-pp4-dp4.yaml"), "-o", str(plan),
-                         "--quiet")
+    code, out, err = run(
+        capsys,
+        "solve",
+        "--workload",
+        str(MODELS / "workloads/llama3-70b-tp8-pp4-dp4.yaml"),
+        "-o",
+        str(plan),
+        "--quiet",
+    )
     assert code == 1 and not plan.exists()
     assert "needs 128 GPUs" in err and err.count("\n") == 1
 
 
 def test_infeasible_json_still_one_document(capsys) -> None:
-    code, out, err = run(capsys, "solve", "--workload",
-                         str(MODELS / "workloads/llama3-70b-tp8-pp4-dp4.yaml"), "--json")
+    code, out, err = run(
+        capsys,
+        "solve",
+        "--workload",
+        str(MODELS / "workloads/llama3-70b-tp8-pp4-dp4.yaml"),
+        "--json",
+    )
     assert code == 1 and json.loads(out)["status"] == "infeasible"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["solve", "--cluster", "missing.yaml"], "missing.yaml: cluster file not found"),
-    (["solve", "--method", "magic"], "unknown method 'magic'"),
-    (["solve", "--time-limit", "-1"], "time_limit: must be a positive number"),
-    (["solve", "--option", "x"], "expected KEY=VALUE"),
-    (["solve", "--bogus"], "unrecognized arguments: --bogus"),
-    (["qap", "nowhere.dat"], "nowhere.dat: QAPLIB instance file not found"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["solve", "--cluster", "missing.yaml"], "missing.yaml: cluster file not found"),
+        (["solve", "--method", "magic"], "unknown method 'magic'"),
+        (["solve", "--time-limit", "-1"], "time_limit: must be a positive number"),
+        (["solve", "--option", "x"], "expected KEY=VALUE"),
+        (["solve", "--bogus"], "unrecognized arguments: --bogus"),
+        (["qap", "nowhere.dat"], "nowhere.dat: QAPLIB instance file not found"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(capsys, args, message) -> None:
     code, out, err = run(capsys, *args)
     assert code == 2 and out == ""
@@ -84,8 +108,9 @@ def test_existing_output_survives_a_failed_solve(capsys, tmp_path) -> None:
 
 
 def test_qap_json(capsys) -> None:
-    code, out, _ = run(capsys, "qap", str(QAPLIB / "instances/nug12.dat"), "--json",
-                       "--method", "greedy")
+    code, out, _ = run(
+        capsys, "qap", str(QAPLIB / "instances/nug12.dat"), "--json", "--method", "greedy"
+    )
     doc = json.loads(out)
     assert code == 0 and doc["tsched"] == "qap-result/v1" and doc["n"] == 12
     assert sorted(doc["permutation"]) == list(range(12)) and doc["objective"] >= 578

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import MODELS, small_cluster
+
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import InputError
 from tsched.formats.cluster_yaml import (
@@ -28,7 +28,11 @@ def test_distance_by_level(cluster4: Cluster) -> None:
 
 
 def test_nodes_sharing_no_level_meet_at_last_level() -> None:
-    links = {"nv": LinkClass("nv", 100), "leaf": LinkClass("leaf", 10), "core": LinkClass("core", 5)}
+    links = {
+        "nv": LinkClass("nv", 100),
+        "leaf": LinkClass("leaf", 10),
+        "core": LinkClass("core", 5),
+    }
     types = {"t": NodeType("t", 2, intra="nv")}
     nodes = (Node("a", "t", {"leaf": "x"}), Node("b", "t", {"leaf": "y"}), Node("c", "t", {}))
     c = Cluster("c", links, ("leaf", "core"), types, nodes)
@@ -107,22 +111,40 @@ nodes:
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ("{name: b, type: box, at: {leaf: l0}}", "{name: b, tpye: box, at: {leaf: l0}}",
-         r"t\.yaml: nodes\[1\]\.tpye: unknown key 'tpye'"),
-        ("leaf: {bandwidth: 50}", "leaf: {bandwidth: -5}",
-         r"links\.leaf\.bandwidth: must be > 0, got -5"),
+        (
+            "{name: b, type: box, at: {leaf: l0}}",
+            "{name: b, tpye: box, at: {leaf: l0}}",
+            r"t\.yaml: nodes\[1\]\.tpye: unknown key 'tpye'",
+        ),
+        (
+            "leaf: {bandwidth: 50}",
+            "leaf: {bandwidth: -5}",
+            r"links\.leaf\.bandwidth: must be > 0, got -5",
+        ),
         ("leaf: {bandwidth: 50}", "leaf: {bandwidth: 0}", r"links\.leaf\.bandwidth: must be > 0"),
-        ("{name: b, type: box,", "{name: b, type: rack,",
-         r"nodes\[1\]\.type: undefined node type 'rack' \(defined: box\)"),
-        ("{name: b, type: box, at: {leaf: l0}}", "{name: b, type: box, at: {leaf: l0}, busy: [4]}",
-         r"nodes\[1\]\.busy: GPU index 4 out of range .* \(valid: 0\.\.3\)"),
+        (
+            "{name: b, type: box,",
+            "{name: b, type: rack,",
+            r"nodes\[1\]\.type: undefined node type 'rack' \(defined: box\)",
+        ),
+        (
+            "{name: b, type: box, at: {leaf: l0}}",
+            "{name: b, type: box, at: {leaf: l0}, busy: [4]}",
+            r"nodes\[1\]\.busy: GPU index 4 out of range .* \(valid: 0\.\.3\)",
+        ),
         ("{name: b, type:", "{name: a, type:", r"nodes\[1\]\.name: duplicate node name 'a'"),
         ("levels: [leaf]", "levels: [tor]", r"levels\[0\]: level 'tor' has no link class"),
-        ("box: {gpus: 4, intra: nvlink}", "box: {gpus: 4, intra: pcie}",
-         r"node_types\.box\.intra: unknown link class 'pcie'"),
+        (
+            "box: {gpus: 4, intra: nvlink}",
+            "box: {gpus: 4, intra: pcie}",
+            r"node_types\.box\.intra: unknown link class 'pcie'",
+        ),
         ("tsched: cluster/v1", "tsched: cluster/v9", r"tsched: expected 'cluster/v1'"),
-        ("{name: a, type: box, at: {leaf: l0}}", "{name: a, type: box, at: {rack: r0}}",
-         r"nodes\[0\]\.at\.rack: unknown level 'rack'"),
+        (
+            "{name: a, type: box, at: {leaf: l0}}",
+            "{name: a, type: box, at: {rack: r0}}",
+            r"nodes\[0\]\.at\.rack: unknown level 'rack'",
+        ),
     ],
 )
 def test_bad_cluster_input(old: str, new: str, message: str) -> None:
@@ -133,8 +155,9 @@ def test_bad_cluster_input(old: str, new: str, message: str) -> None:
 
 def test_yaml_syntax_error_reports_line_and_column() -> None:
     with pytest.raises(InputError, match=r"^t\.yaml:6:\d+: YAML syntax error"):
-        parse_cluster_text(BASE.replace("nvlink: {bandwidth: 450}", "nvlink: {bandwidth: 450"),
-                           "t.yaml")
+        parse_cluster_text(
+            BASE.replace("nvlink: {bandwidth: 450}", "nvlink: {bandwidth: 450"), "t.yaml"
+        )
 
 
 def test_missing_file() -> None:
@@ -161,8 +184,13 @@ def test_generate_fanout_must_cover_nearest_levels() -> None:
 
 def test_many_nodes_without_levels_is_an_error() -> None:
     with pytest.raises(InputError, match="2 nodes need at least one network level"):
-        Cluster("x", {"nv": LinkClass("nv", 10)}, (), {"t": NodeType("t", 1)},
-                (Node("a", "t"), Node("b", "t")))
+        Cluster(
+            "x",
+            {"nv": LinkClass("nv", 10)},
+            (),
+            {"t": NodeType("t", 1)},
+            (Node("a", "t"), Node("b", "t")),
+        )
 
 
 def test_small_cluster_helper_matches_yaml_form() -> None:

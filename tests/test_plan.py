@@ -3,8 +3,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import small_cluster
+
 import tsched
 from tsched.errors import InputError
 from tsched.plan import Plan, plan_table, read_plan, relative_gap, write_plan
@@ -31,8 +31,21 @@ def test_plan_round_trip(tmp_path) -> None:
 
 def test_plan_json_matches_design_keys() -> None:
     doc = _plan().to_dict()
-    assert list(doc) == ["tsched", "cluster", "workload", "status", "objective", "bound", "gap",
-                         "method", "wall_time", "seed", "assignment", "cost_by_link", "message"]
+    assert list(doc) == [
+        "tsched",
+        "cluster",
+        "workload",
+        "status",
+        "objective",
+        "bound",
+        "gap",
+        "method",
+        "wall_time",
+        "seed",
+        "assignment",
+        "cost_by_link",
+        "message",
+    ]
 
 
 def test_read_plan_errors(tmp_path) -> None:

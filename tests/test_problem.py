@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import small_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import small_cluster
 from tsched.errors import InputError
 from tsched.problem import (
     PlacementProblem,
@@ -68,7 +68,8 @@ def test_swap_and_move_deltas_match_recomputation(case) -> None:
         c = a.copy()
         c[r] = loc
         assert move_delta(problem, a, r, loc) == pytest.approx(
-            objective(problem, c) - objective(problem, a), abs=1e-9)
+            objective(problem, c) - objective(problem, a), abs=1e-9
+        )
 
 
 @given(qap_instances())
@@ -130,9 +131,12 @@ def test_min_pair_distance_on_cluster_and_qap() -> None:
 
 @pytest.mark.parametrize(
     ("assignment", "message"),
-    [([0, 1], r"expected 3 locations"), ([0, 1, 1], r"location 1 is used by more than one"),
-     ([0, 1, 99], r"assignment\[2\]: location 99 out of range"),
-     ([0.0, 1.0, 2.0], r"expected integer location indices")],
+    [
+        ([0, 1], r"expected 3 locations"),
+        ([0, 1, 1], r"location 1 is used by more than one"),
+        ([0, 1, 99], r"assignment\[2\]: location 99 out of range"),
+        ([0.0, 1.0, 2.0], r"expected integer location indices"),
+    ],
 )
 def test_check_assignment(assignment, message) -> None:
     p = PlacementProblem.from_qap(np.ones((3, 3)), np.ones((4, 4)))
@@ -151,6 +155,7 @@ def test_qap_matrix_errors() -> None:
 @settings(max_examples=60, deadline=None)
 def test_basic_bound_never_above_brute_force(case) -> None:
     from conftest import brute_force
+
     from tsched.solvers.bounds import basic_bound
 
     problem, _, _ = case

@@ -4,8 +4,8 @@ import csv
 
 import numpy as np
 import pytest
-
 from conftest import QAPLIB
+
 from tsched.errors import InputError
 from tsched.formats.qaplib import qap_cost, read_dat, read_sln
 from tsched.problem import PlacementProblem, objective
@@ -20,11 +20,14 @@ def test_nug12_value_and_problem_objective_agree() -> None:
     assert objective(problem, sol.permutation) == 578
 
 
-@pytest.mark.parametrize(("name", "convention", "base", "value"), [
-    ("kra30a", "inverse", 1, 88900),
-    ("tai40a", "direct", 0, 3139370),
-    ("chr25a", "direct", 1, 3796),
-])
+@pytest.mark.parametrize(
+    ("name", "convention", "base", "value"),
+    [
+        ("kra30a", "inverse", 1, 88900),
+        ("tai40a", "direct", 0, 3139370),
+        ("chr25a", "direct", 1, 3796),
+    ],
+)
 def test_sln_quirks(name: str, convention: str, base: int, value: int) -> None:
     inst = read_dat(QAPLIB / "instances" / f"{name}.dat")
     sol = read_sln(QAPLIB / "solutions" / f"{name}.sln", inst)
@@ -66,8 +69,11 @@ def test_linear_term_of_nonzero_diagonals() -> None:
 def test_dat_errors(tmp_path) -> None:
     short = tmp_path / "short.dat"
     short.write_text("3\n1 2 3\n4 5 6\n")
-    with pytest.raises(InputError, match=r"short\.dat: too few numbers: n=3 needs 18 matrix "
-                                         r"entries after n, found 6"):
+    with pytest.raises(
+        InputError,
+        match=r"short\.dat: too few numbers: n=3 needs 18 matrix "
+        r"entries after n, found 6",
+    ):
         read_dat(short)
     bad = tmp_path / "bad.dat"
     bad.write_text("1\n1 x\n")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import QAPLIB, brute_force, small_cluster
+
 from tsched.errors import InputError, SolverNotAvailableError
 from tsched.formats.qaplib import read_dat
 from tsched.problem import PlacementProblem, objective
@@ -48,7 +48,8 @@ def check_result(problem: PlacementProblem, result, optimum: float | None = None
         if optimum is not None:
             assert result.bound <= optimum + TOL * max(1, abs(optimum))
         assert result.gap == pytest.approx(
-            0 if result.objective == 0 else (result.objective - result.bound) / result.objective)
+            0 if result.objective == 0 else (result.objective - result.bound) / result.objective
+        )
     if result.status == "optimal" and optimum is not None:
         assert result.objective == pytest.approx(optimum)
     if optimum is not None:
@@ -110,8 +111,11 @@ def test_same_seed_same_answer(method: str) -> None:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_unknown_option_rejected_with_valid_keys(method: str) -> None:
-    with pytest.raises(InputError, match=rf"method '{method}': unknown option 'bogus' "
-                                         r"\(valid options: .*\)"):
+    with pytest.raises(
+        InputError,
+        match=rf"method '{method}': unknown option 'bogus' "
+        r"\(valid options: .*\)",
+    ):
         solve(random_qap(0, 4), method=method, options={"bogus": 1})
 
 
@@ -127,8 +131,9 @@ def test_bad_time_limit(bad) -> None:
 
 
 def test_missing_backend_names_extra() -> None:
-    @register("needs-missing", description="test", required_modules=("no_such_module_xyz",),
-              extra="numba")
+    @register(
+        "needs-missing", description="test", required_modules=("no_such_module_xyz",), extra="numba"
+    )
     def _fn(problem, *, time_limit, seed, options):  # pragma: no cover - never runs
         return SolverOutput(None)
 
@@ -155,8 +160,9 @@ def test_heuristic_never_claims_optimal_without_bound() -> None:
 def test_greedy_keeps_tp_groups_on_nvlink_and_beats_baselines() -> None:
     c = small_cluster(busy={"n0": (0,)}, gpus=8)
     lay = Layout(tp=4, dp=2, pp=2)
-    w = Workload.from_layout("w", lay, ModelSpec(params_b=1, hidden=4096, layers=8, seq_len=4096,
-                                                 micro_batches=4))
+    w = Workload.from_layout(
+        "w", lay, ModelSpec(params_b=1, hidden=4096, layers=8, seq_len=4096, micro_batches=4)
+    )
     p = PlacementProblem.build(c, w)
     greedy = solve(p, method="greedy")
     nodes = c.gpu_node[greedy.gpus]
@@ -179,11 +185,17 @@ def test_pack_spread_kai_tas_shapes() -> None:
     assert [e.node for e in kai.plan().assignment] == ["n1"] * 4
     kai = solve(p, method="kai-tas", options={"required_level": "node"})
     assert len({e.node for e in kai.plan().assignment}) == 1
-    none = solve(PlacementProblem.build(c, Workload.from_edges("w", 5, [])), method="kai-tas",
-                 options={"required_level": "node"})
+    none = solve(
+        PlacementProblem.build(c, Workload.from_edges("w", 5, [])),
+        method="kai-tas",
+        options={"required_level": "node"},
+    )
     assert none.status == "no_solution" and "no node domain has 5 free GPUs" in none.message
-    with pytest.raises(InputError, match=r"required_level='rack' is not a level \(valid: node, "
-                                         r"leaf, spine\)"):
+    with pytest.raises(
+        InputError,
+        match=r"required_level='rack' is not a level \(valid: node, "
+        r"leaf, spine\)",
+    ):
         solve(p, method="kai-tas", options={"required_level": "rack"})
 
 

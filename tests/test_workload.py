@@ -2,14 +2,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import MODELS
+
 from tsched.errors import InputError
 from tsched.formats.workload_yaml import parse_workload_text, read_workload, write_workload
 from tsched.workload import Layout, ModelSpec, PoolSpec, ServingSpec, Workload
 
-TINY = ModelSpec(params_b=1.0, hidden=1000, layers=2, seq_len=100, micro_batch=1,
-                 micro_batches=1, bytes_per_element=2)
+TINY = ModelSpec(
+    params_b=1.0,
+    hidden=1000,
+    layers=2,
+    seq_len=100,
+    micro_batch=1,
+    micro_batches=1,
+    bytes_per_element=2,
+)
 
 
 def test_rank_order_and_groups() -> None:
@@ -46,8 +53,9 @@ def test_pp_traffic_by_hand() -> None:
 
 
 def test_ep_all_to_all_by_hand() -> None:
-    moe = ModelSpec(params_b=1.0, expert_params_b=0.5, hidden=1000, layers=2, seq_len=100,
-                    experts=2, top_k=1)
+    moe = ModelSpec(
+        params_b=1.0, expert_params_b=0.5, hidden=1000, layers=2, seq_len=100, experts=2, top_k=1
+    )
     w = Workload.from_layout("t", Layout(ep=2), moe)
     f = w.traffic_matrix()
     all_to_all = 4 * 2 * 100 * 1 * 1000 * 2 / 2 / 1e9  # 4 a2a * layers * tokens * k * h * beta / ep
@@ -63,8 +71,14 @@ def test_ring_all_reduce_volume() -> None:
 
 
 def test_serving_traffic() -> None:
-    spec = ServingSpec(decode=PoolSpec(1, 4), prefill=PoolSpec(1, 2), requests_per_s=1,
-                       prompt_tokens=1000, output_tokens=10, kv_bytes_per_token=1e6)
+    spec = ServingSpec(
+        decode=PoolSpec(1, 4),
+        prefill=PoolSpec(1, 2),
+        requests_per_s=1,
+        prompt_tokens=1000,
+        output_tokens=10,
+        kv_bytes_per_token=1e6,
+    )
     w = Workload.from_serving("s", spec, TINY)
     assert w.workers == 6 and w.roles[0] == "prefill0-tp0" and w.roles[2] == "decode0-tp0"
     f = w.traffic_matrix()
@@ -88,8 +102,11 @@ def test_model_files_load_and_round_trip(tmp_path) -> None:
         write_workload(w, out)
         back = read_workload(out)
         assert back.workers == w.workers
-        assert np.allclose(back.traffic_matrix(), w.traffic_matrix()) if w.workers <= 512 else \
-            np.allclose(back.gb, w.gb)
+        assert (
+            np.allclose(back.traffic_matrix(), w.traffic_matrix())
+            if w.workers <= 512
+            else np.allclose(back.gb, w.gb)
+        )
 
 
 def test_traffic_file_forms(tmp_path) -> None:
@@ -112,23 +129,39 @@ HEAD = "tsched: workload/v1\nname: bad\n"
         ("traffic_matrix: [[0, 1], [1, 0, 2]]", r"traffic_matrix: matrix is not square"),
         ("traffic_matrix: [[0, .nan], [1, 0]]", r"traffic_matrix\[0\]\[1\]: must be a finite"),
         ("traffic_matrix: [[0, -1], [1, 0]]", r"traffic_matrix\[0\]\[1\]: must be >= 0 GB"),
-        ("workers: 2\ntraffic: [{src: 0, dst: 5, gb: 1}]",
-         r"traffic\[0\]\.dst: worker id 5 out of range \(workers: 2"),
+        (
+            "workers: 2\ntraffic: [{src: 0, dst: 5, gb: 1}]",
+            r"traffic\[0\]\.dst: worker id 5 out of range \(workers: 2",
+        ),
         ("workers: 2\ntraffic: [{src: 0, dst: 1, gb: -2}]", r"traffic\[0\]\.gb: must be >= 0 GB"),
         ("workers: 2\ntraffic: [{src: 0, dts: 1, gb: 1}]", r"traffic\[0\]\.dts: unknown key"),
         ("traffic: [{src: 0, dst: 1, gb: 1}]", r"explicit 'traffic' needs 'workers'"),
         ("layout: {tp: 2}", r"'layout' needs a 'model'"),
-        ("layout: {tp: 2, pp: 3}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
-         r"model\.layers: 4 layers do not split evenly over pp=3"),
-        ("layout: {ep: 2}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
-         r"layout\.ep: ep=2 needs an MoE model"),
-        ("layout: {tp: 2, order: tp-dp}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
-         r"layout\.order: must name each of tp, cp, ep, dp, pp once"),
-        ("layout: {tp: 0}\nmodel: {params_b: 1, hidden: 8, layers: 4}", r"layout\.tp: must be >= 1"),
-        ("traffic_matrix: [[0]]\nlayout: {tp: 2}", r"give exactly one of .*found: layout, "
-                                                     r"traffic_matrix"),
-        ("workers: 2\ntraffic: []\nconstraints: {gpu_model: [H100]}",
-         r"constraints\.gpu_model: unknown key"),
+        (
+            "layout: {tp: 2, pp: 3}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
+            r"model\.layers: 4 layers do not split evenly over pp=3",
+        ),
+        (
+            "layout: {ep: 2}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
+            r"layout\.ep: ep=2 needs an MoE model",
+        ),
+        (
+            "layout: {tp: 2, order: tp-dp}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
+            r"layout\.order: must name each of tp, cp, ep, dp, pp once",
+        ),
+        (
+            "layout: {tp: 0}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
+            r"layout\.tp: must be >= 1",
+        ),
+        (
+            "traffic_matrix: [[0]]\nlayout: {tp: 2}",
+            r"give exactly one of .*found: layout, "
+            r"traffic_matrix",
+        ),
+        (
+            "workers: 2\ntraffic: []\nconstraints: {gpu_model: [H100]}",
+            r"constraints\.gpu_model: unknown key",
+        ),
     ],
 )
 def test_bad_workload_input(body: str, message: str) -> None:

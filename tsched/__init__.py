@@ -36,12 +36,37 @@ from tsched.workload import Layout, ModelSpec, Workload
 __version__ = "0.1.0"
 
 __all__ = [
-    "Cluster", "LinkClass", "Node", "NodeType", "Workload", "Layout", "ModelSpec",
-    "PlacementProblem", "PlacementResult", "Plan", "STATUSES",
-    "TschedError", "InputError", "SolverError", "SolverNotAvailableError", "ExecutorError",
-    "load_cluster", "load_workload", "read_cluster", "write_cluster", "read_workload",
-    "write_workload", "read_plan", "write_plan", "solve", "solve_qap", "solvers", "get_solver",
-    "objective", "cost_by_link", "presets",
+    "Cluster",
+    "LinkClass",
+    "Node",
+    "NodeType",
+    "Workload",
+    "Layout",
+    "ModelSpec",
+    "PlacementProblem",
+    "PlacementResult",
+    "Plan",
+    "STATUSES",
+    "TschedError",
+    "InputError",
+    "SolverError",
+    "SolverNotAvailableError",
+    "ExecutorError",
+    "load_cluster",
+    "load_workload",
+    "read_cluster",
+    "write_cluster",
+    "read_workload",
+    "write_workload",
+    "read_plan",
+    "write_plan",
+    "solve",
+    "solve_qap",
+    "solvers",
+    "get_solver",
+    "objective",
+    "cost_by_link",
+    "presets",
 ]
 
 
@@ -61,9 +86,16 @@ def load_workload(source: str | os.PathLike[str]) -> Workload:
     return read_workload(source)
 
 
-def solve_qap(flow: np.ndarray, distance: np.ndarray, *, method: str = "auto",
-              time_limit: float | None = None, seed: int | None = None,
-              options: dict | None = None, name: str = "qap") -> PlacementResult:
+def solve_qap(
+    flow: np.ndarray,
+    distance: np.ndarray,
+    *,
+    method: str = "auto",
+    time_limit: float | None = None,
+    seed: int | None = None,
+    options: dict | None = None,
+    name: str = "qap",
+) -> PlacementResult:
     """Solve a raw QAP: minimise Σ_ij flow[i, j]·distance[p(i), p(j)] (QAPLIB's definition).
 
     ``result.assignment`` is the 0-based permutation p.
@@ -71,7 +103,8 @@ def solve_qap(flow: np.ndarray, distance: np.ndarray, *, method: str = "auto",
     Examples
     --------
     >>> import numpy as np, tsched
-    >>> r = tsched.solve_qap(np.array([[0, 3], [3, 0]]), np.array([[0, 1], [1, 0]]), method="greedy")
+    >>> flow, distance = np.array([[0, 3], [3, 0]]), np.array([[0, 1], [1, 0]])
+    >>> r = tsched.solve_qap(flow, distance, method="greedy")
     >>> r.objective, r.status
     (6.0, 'optimal')
     """

@@ -38,8 +38,9 @@ def _parse_options(items: Sequence[str] | None) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for item in items or ():
         if "=" not in item:
-            raise InputError(f"--option {item!r}: expected KEY=VALUE (e.g. --option "
-                             "required_level=leaf)")
+            raise InputError(
+                f"--option {item!r}: expected KEY=VALUE (e.g. --option required_level=leaf)"
+            )
         key, raw = item.split("=", 1)
         value: Any = raw
         for convert in (int, float):
@@ -58,10 +59,17 @@ def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
     from tsched.solvers.registry import solve
 
     console = _stderr_console(args.quiet or args.json)
-    with console.status(f"solving {problem.name} with {args.method} "
-                        f"({problem.n_workers} workers, {problem.n_locations} free GPUs)…"):
-        return solve(problem, method=args.method, time_limit=args.time_limit, seed=args.seed,
-                     options=_parse_options(args.option))
+    with console.status(
+        f"solving {problem.name} with {args.method} "
+        f"({problem.n_workers} workers, {problem.n_locations} free GPUs)…"
+    ):
+        return solve(
+            problem,
+            method=args.method,
+            time_limit=args.time_limit,
+            seed=args.seed,
+            options=_parse_options(args.option),
+        )
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -88,9 +96,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
             out.print(plan_table(plan))
             gap = "unknown" if result.gap is None else f"{100 * result.gap:.2f}%"
             bound = "unknown" if result.bound is None else f"{result.bound:.6g} s"
-            out.print(f"status {result.status}  objective {result.objective:.6g} s/iteration  "
-                      f"bound {bound}  gap {gap}  method {result.method}  "
-                      f"{result.wall_time:.3f} s")
+            out.print(
+                f"status {result.status}  objective {result.objective:.6g} s/iteration  "
+                f"bound {bound}  gap {gap}  method {result.method}  "
+                f"{result.wall_time:.3f} s"
+            )
             split = ", ".join(f"{k} {v:.4g} s" for k, v in plan.cost_by_link.items())
             out.print(f"communication by link: {split or 'none'}")
         else:
@@ -116,21 +126,41 @@ def cmd_qap(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc))
     else:
-        for key in ("instance", "n", "status", "objective", "bound", "gap", "method",
-                    "wall_time", "seed"):
+        for key in (
+            "instance",
+            "n",
+            "status",
+            "objective",
+            "bound",
+            "gap",
+            "method",
+            "wall_time",
+            "seed",
+        ):
             print(f"{key:10} {doc[key]}")
         if doc["permutation"] is not None:
-            print(f"{'permutation':10} {' '.join(str(p + 1) for p in doc['permutation'])}"
-                  "  (1-based, location of facility i)")
+            print(
+                f"{'permutation':10} {' '.join(str(p + 1) for p in doc['permutation'])}"
+                "  (1-based, location of facility i)"
+            )
     return EXIT_OK if result.assignment is not None else EXIT_INFEASIBLE
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
     from tsched.solvers.registry import solvers
 
-    rows = [{"name": s.name, "exact": s.exact, "bound": s.provides_bound,
-             "installed": s.installed(), "baseline": s.baseline, "description": s.description,
-             "options": sorted(s.options)} for s in solvers().values()]
+    rows = [
+        {
+            "name": s.name,
+            "exact": s.exact,
+            "bound": s.provides_bound,
+            "installed": s.installed(),
+            "baseline": s.baseline,
+            "description": s.description,
+            "options": sorted(s.options),
+        }
+        for s in solvers().values()
+    ]
     if args.json:
         print(json.dumps(rows))
         return EXIT_OK
@@ -141,8 +171,13 @@ def cmd_methods(args: argparse.Namespace) -> int:
     for col in ("name", "exact?", "bound?", "installed?", "description"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], _yes(r["exact"]), _yes(r["bound"]), _yes(r["installed"]),
-                      r["description"] + (" [baseline]" if r["baseline"] else ""))
+        table.add_row(
+            r["name"],
+            _yes(r["exact"]),
+            _yes(r["bound"]),
+            _yes(r["installed"]),
+            r["description"] + (" [baseline]" if r["baseline"] else ""),
+        )
     Console(highlight=False).print(table)
     return EXIT_OK
 
@@ -150,9 +185,11 @@ def cmd_methods(args: argparse.Namespace) -> int:
 def cmd_presets(args: argparse.Namespace) -> int:
     from tsched import presets
 
-    rows = [{"kind": kind, "name": name, "description": presets.description(text)}
-            for kind, table in (("cluster", presets.CLUSTERS), ("workload", presets.WORKLOADS))
-            for name, text in table.items()]
+    rows = [
+        {"kind": kind, "name": name, "description": presets.description(text)}
+        for kind, table in (("cluster", presets.CLUSTERS), ("workload", presets.WORKLOADS))
+        for name, text in table.items()
+    ]
     if args.json:
         print(json.dumps(rows))
         return EXIT_OK
@@ -181,21 +218,35 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     def solver_args(p: argparse.ArgumentParser, default_method: str) -> None:
-        p.add_argument("--method", default=default_method,
-                       help=f"solver name, see `tsched methods` (default: {default_method})")
-        p.add_argument("--time-limit", type=float, default=None, metavar="S",
-                       help="time budget in seconds")
+        p.add_argument(
+            "--method",
+            default=default_method,
+            help=f"solver name, see `tsched methods` (default: {default_method})",
+        )
+        p.add_argument(
+            "--time-limit", type=float, default=None, metavar="S", help="time budget in seconds"
+        )
         p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-        p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                       help="solver option, repeatable (e.g. required_level=leaf)")
+        p.add_argument(
+            "--option",
+            action="append",
+            metavar="KEY=VALUE",
+            help="solver option, repeatable (e.g. required_level=leaf)",
+        )
         p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     p = sub.add_parser("solve", help="place a workload on a cluster")
-    p.add_argument("--cluster", default=presets.DEFAULT_CLUSTER,
-                   help=f"cluster/v1 file or preset (default: {presets.DEFAULT_CLUSTER})")
-    p.add_argument("--workload", default=presets.DEFAULT_WORKLOAD,
-                   help=f"workload/v1 file or preset (default: {presets.DEFAULT_WORKLOAD})")
+    p.add_argument(
+        "--cluster",
+        default=presets.DEFAULT_CLUSTER,
+        help=f"cluster/v1 file or preset (default: {presets.DEFAULT_CLUSTER})",
+    )
+    p.add_argument(
+        "--workload",
+        default=presets.DEFAULT_WORKLOAD,
+        help=f"workload/v1 file or preset (default: {presets.DEFAULT_WORKLOAD})",
+    )
     solver_args(p, "auto")
     p.add_argument("--output", "-o", metavar="PLAN.json", help="write the plan here (atomically)")
     p.set_defaults(func=cmd_solve)

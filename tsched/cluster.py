@@ -158,13 +158,17 @@ class Cluster:
         link_names = tuple(self.links)
         link_index = {name: i for i, name in enumerate(link_names)}
         set_(self, "link_names", link_names)
-        set_(self, "link_seconds_per_gb",
-             _readonly(np.array([self.links[k].seconds_per_gb for k in link_names], dtype=float)))
+        set_(
+            self,
+            "link_seconds_per_gb",
+            _readonly(np.array([self.links[k].seconds_per_gb for k in link_names], dtype=float)),
+        )
 
         type_names = tuple(self.node_types)
         type_index = {name: i for i, name in enumerate(type_names)}
-        node_type_index = np.fromiter((type_index[n.type] for n in self.nodes), dtype=np.int32,
-                                      count=len(self.nodes))
+        node_type_index = np.fromiter(
+            (type_index[n.type] for n in self.nodes), dtype=np.int32, count=len(self.nodes)
+        )
         type_gpus = np.array([self.node_types[t].gpus for t in type_names], dtype=np.int64)
         gpus_per_node = type_gpus[node_type_index] if len(self.nodes) else np.zeros(0, np.int64)
         node_offset = np.zeros(len(self.nodes) + 1, dtype=np.int64)
@@ -187,13 +191,16 @@ class Cluster:
         level_link = np.array([link_index[level] for level in self.levels], dtype=np.int8)
 
         g_max = int(type_gpus.max()) if len(type_gpus) else 0
-        type_intra = np.full((len(type_names), max(g_max, 1), max(g_max, 1)), SELF_LINK,
-                             dtype=np.int8)
+        type_intra = np.full(
+            (len(type_names), max(g_max, 1), max(g_max, 1)), SELF_LINK, dtype=np.int8
+        )
         for t, name in enumerate(type_names):
             nt = self.node_types[name]
             if nt.intra_matrix is not None:
-                table = np.array([[link_index.get(c, SELF_LINK) for c in row]
-                                  for row in nt.intra_matrix], dtype=np.int8)
+                table = np.array(
+                    [[link_index.get(c, SELF_LINK) for c in row] for row in nt.intra_matrix],
+                    dtype=np.int8,
+                )
                 type_intra[t, : nt.gpus, : nt.gpus] = table
             elif nt.intra is not None:
                 type_intra[t, : nt.gpus, : nt.gpus] = link_index[nt.intra]
@@ -225,20 +232,28 @@ class Cluster:
         if len(self.links) > 120:
             raise fail("links", f"at most 120 link classes are supported, got {len(self.links)}")
         if not self.links:
-            raise fail("links", "at least one link class is required "
-                       "(e.g. links: {nvlink: {bandwidth: 450, latency: 2}})")
+            raise fail(
+                "links",
+                "at least one link class is required "
+                "(e.g. links: {nvlink: {bandwidth: 450, latency: 2}})",
+            )
         for key, link in self.links.items():
             if not (link.bandwidth > 0) or not np.isfinite(link.bandwidth):
-                raise fail(f"links.{key}.bandwidth",
-                           f"must be a positive number of GB/s, got {link.bandwidth!r}")
+                raise fail(
+                    f"links.{key}.bandwidth",
+                    f"must be a positive number of GB/s, got {link.bandwidth!r}",
+                )
             if not (link.latency >= 0):
                 raise fail(f"links.{key}.latency", f"must be >= 0 µs, got {link.latency!r}")
         if len(set(self.levels)) != len(self.levels):
             raise fail("levels", f"duplicate level names in {list(self.levels)}")
         for i, level in enumerate(self.levels):
             if level not in self.links:
-                raise fail(f"levels[{i}]", f"level {level!r} has no link class "
-                           f"(add links.{level}: {{bandwidth: …}}; defined: {', '.join(self.links)})")
+                raise fail(
+                    f"levels[{i}]",
+                    f"level {level!r} has no link class "
+                    f"(add links.{level}: {{bandwidth: …}}; defined: {', '.join(self.links)})",
+                )
         if not self.node_types:
             raise fail("node_types", "at least one node type is required")
         for key, nt in self.node_types.items():
@@ -248,52 +263,72 @@ class Cluster:
             if nt.intra is not None and nt.intra_matrix is not None:
                 raise fail(where, "give either 'intra' or 'intra_matrix', not both")
             if nt.gpus > 1 and nt.intra is None and nt.intra_matrix is None:
-                raise fail(where, f"{nt.gpus} GPUs need 'intra' (one link class for every pair) "
-                           "or 'intra_matrix'")
+                raise fail(
+                    where,
+                    f"{nt.gpus} GPUs need 'intra' (one link class for every pair) "
+                    "or 'intra_matrix'",
+                )
             if nt.intra is not None and nt.intra not in self.links:
-                raise fail(f"{where}.intra", f"unknown link class {nt.intra!r} "
-                           f"(defined: {', '.join(self.links)})")
+                raise fail(
+                    f"{where}.intra",
+                    f"unknown link class {nt.intra!r} (defined: {', '.join(self.links)})",
+                )
             if nt.intra_matrix is not None:
                 rows = nt.intra_matrix
                 if len(rows) != nt.gpus or any(len(r) != nt.gpus for r in rows):
                     shape = f"{len(rows)}x{max((len(r) for r in rows), default=0)}"
-                    raise fail(f"{where}.intra_matrix",
-                               f"must be {nt.gpus}x{nt.gpus} (gpus: {nt.gpus}), got {shape}")
+                    raise fail(
+                        f"{where}.intra_matrix",
+                        f"must be {nt.gpus}x{nt.gpus} (gpus: {nt.gpus}), got {shape}",
+                    )
                 for a, row in enumerate(rows):
                     for b, name in enumerate(row):
                         if a == b:
                             continue
                         if name not in self.links:
-                            raise fail(f"{where}.intra_matrix[{a}][{b}]",
-                                       f"unknown link class {name!r} "
-                                       f"(defined: {', '.join(self.links)})")
+                            raise fail(
+                                f"{where}.intra_matrix[{a}][{b}]",
+                                f"unknown link class {name!r} (defined: {', '.join(self.links)})",
+                            )
                         if rows[b][a] != name:
-                            raise fail(f"{where}.intra_matrix[{a}][{b}]",
-                                       f"matrix must be symmetric: {name!r} vs "
-                                       f"[{b}][{a}] {rows[b][a]!r}")
+                            raise fail(
+                                f"{where}.intra_matrix[{a}][{b}]",
+                                f"matrix must be symmetric: {name!r} vs [{b}][{a}] {rows[b][a]!r}",
+                            )
         seen: dict[str, int] = {}
         levels = set(self.levels)
         for i, node in enumerate(self.nodes):
             where = f"nodes[{i}]"
             if node.name in seen:
-                raise fail(f"{where}.name", f"duplicate node name {node.name!r} "
-                           f"(also nodes[{seen[node.name]}])")
+                raise fail(
+                    f"{where}.name",
+                    f"duplicate node name {node.name!r} (also nodes[{seen[node.name]}])",
+                )
             seen[node.name] = i
             nt = self.node_types.get(node.type)
             if nt is None:
-                raise fail(f"{where}.type", f"undefined node type {node.type!r} "
-                           f"(defined: {', '.join(self.node_types)})")
+                raise fail(
+                    f"{where}.type",
+                    f"undefined node type {node.type!r} (defined: {', '.join(self.node_types)})",
+                )
             for level in node.at:
                 if level not in levels:
-                    raise fail(f"{where}.at.{level}", f"unknown level {level!r} "
-                               f"(levels: {list(self.levels)})")
+                    raise fail(
+                        f"{where}.at.{level}",
+                        f"unknown level {level!r} (levels: {list(self.levels)})",
+                    )
             for b in node.busy:
                 if not 0 <= b < nt.gpus:
-                    raise fail(f"{where}.busy", f"GPU index {b} out of range for node type "
-                               f"{node.type!r} with {nt.gpus} GPUs (valid: 0..{nt.gpus - 1})")
+                    raise fail(
+                        f"{where}.busy",
+                        f"GPU index {b} out of range for node type "
+                        f"{node.type!r} with {nt.gpus} GPUs (valid: 0..{nt.gpus - 1})",
+                    )
         if len(self.nodes) > 1 and not self.levels:
-            raise fail("levels", f"{len(self.nodes)} nodes need at least one network level "
-                       "(e.g. levels: [leaf])")
+            raise fail(
+                "levels",
+                f"{len(self.nodes)} nodes need at least one network level (e.g. levels: [leaf])",
+            )
 
     # ------------------------------------------------------------------ sizes and lookups
     @property
@@ -345,8 +380,15 @@ class Cluster:
             Node(n.name, n.type, n.at, tuple(set(n.busy) | extra.get(n.name, set())))
             for n in self.nodes
         )
-        return Cluster(self.name, self.links, self.levels, self.node_types, nodes, self.source,
-                       self.description)
+        return Cluster(
+            self.name,
+            self.links,
+            self.levels,
+            self.node_types,
+            nodes,
+            self.source,
+            self.description,
+        )
 
     # ------------------------------------------------------------------ hierarchy
     def node_meet_level(self) -> np.ndarray:
@@ -399,8 +441,9 @@ class Cluster:
         same = na == nb
         if same.any():
             out = np.array(out, copy=True)
-            out[same] = self.type_intra_link[self.node_type_index[na[same]],
-                                             self.gpu_local[a[same]], self.gpu_local[b[same]]]
+            out[same] = self.type_intra_link[
+                self.node_type_index[na[same]], self.gpu_local[a[same]], self.gpu_local[b[same]]
+            ]
         return out
 
     def pair_seconds_per_gb(self, gpu_a: np.ndarray, gpu_b: np.ndarray) -> np.ndarray:
@@ -408,8 +451,12 @@ class Cluster:
         cost = np.concatenate([[0.0], self.link_seconds_per_gb])
         return cost[self.pair_link_index(gpu_a, gpu_b).astype(np.int64) + 1]
 
-    def _expand(self, node_table: np.ndarray, type_table: np.ndarray,
-                gpus: Sequence[int] | np.ndarray | None) -> np.ndarray:
+    def _expand(
+        self,
+        node_table: np.ndarray,
+        type_table: np.ndarray,
+        gpus: Sequence[int] | np.ndarray | None,
+    ) -> np.ndarray:
         """Expand an (N, N) node table and (T, g, g) intra tables to a (g, g) GPU table.
 
         One column gather and one row gather (contiguous row copies), then each node's diagonal
@@ -426,9 +473,12 @@ class Cluster:
                 continue
             loc = local[block]
             intra = type_table[self.node_type_index[gn[block[0]]]]
-            if len(block) > 1 and block[-1] - block[0] == len(block) - 1 \
-                    and np.all(np.diff(block) == 1):
-                out[block[0]:block[-1] + 1, block[0]:block[-1] + 1] = intra[np.ix_(loc, loc)]
+            if (
+                len(block) > 1
+                and block[-1] - block[0] == len(block) - 1
+                and np.all(np.diff(block) == 1)
+            ):
+                out[block[0] : block[-1] + 1, block[0] : block[-1] + 1] = intra[np.ix_(loc, loc)]
             else:
                 out[np.ix_(block, block)] = intra[np.ix_(loc, loc)]
         return out
@@ -440,8 +490,9 @@ class Cluster:
         """
         return self._expand(self.node_link_index(), self.type_intra_link, gpus)
 
-    def distance_matrix(self, gpus: Sequence[int] | np.ndarray | None = None,
-                        dtype: type = np.float64) -> np.ndarray:
+    def distance_matrix(
+        self, gpus: Sequence[int] | np.ndarray | None = None, dtype: type = np.float64
+    ) -> np.ndarray:
         """(g, g) distance in seconds per GB between the given GPUs (all by default).
 
         Notes
@@ -468,5 +519,7 @@ class Cluster:
         free = int(self.free_mask().sum())
         links = ", ".join(f"{k} {v.bandwidth:g} GB/s" for k, v in self.links.items())
         levels = " < ".join(["node", *self.levels])
-        return (f"{self.name}: {self.n_nodes} nodes, {self.n_gpus} GPUs ({free} free); "
-                f"hierarchy {levels}; links {links}")
+        return (
+            f"{self.name}: {self.n_nodes} nodes, {self.n_gpus} GPUs ({free} free); "
+            f"hierarchy {levels}; links {links}"
+        )

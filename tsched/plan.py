@@ -38,8 +38,21 @@ __all__ = [
 STATUSES = ("optimal", "feasible", "infeasible", "no_solution")
 PLAN_VERSION = "plan/v1"
 QAP_RESULT_VERSION = "qap-result/v1"
-_PLAN_KEYS = ("tsched", "cluster", "workload", "status", "objective", "bound", "gap", "method",
-              "wall_time", "seed", "assignment", "cost_by_link", "message")
+_PLAN_KEYS = (
+    "tsched",
+    "cluster",
+    "workload",
+    "status",
+    "objective",
+    "bound",
+    "gap",
+    "method",
+    "wall_time",
+    "seed",
+    "assignment",
+    "cost_by_link",
+    "message",
+)
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:
@@ -96,15 +109,24 @@ class PlacementResult:
                 gpus = problem.locations[self.assignment]
                 nodes = cl.gpu_node[gpus]
                 local = cl.gpu_local[gpus]
-                entries = tuple(PlanEntry(w, cl.nodes[int(n)].name, int(g))
-                                for w, (n, g) in enumerate(zip(nodes, local)))
+                entries = tuple(
+                    PlanEntry(w, cl.nodes[int(n)].name, int(g))
+                    for w, (n, g) in enumerate(zip(nodes, local))
+                )
             by_link = cost_by_link(problem, self.assignment)
         return Plan(
             cluster=problem.cluster.name if problem.cluster else problem.name,
             workload=problem.workload.name if problem.workload else problem.name,
-            status=self.status, objective=self.objective, bound=self.bound, gap=self.gap,
-            method=self.method, wall_time=round(self.wall_time, 6), seed=self.seed, assignment=entries,
-            cost_by_link=by_link, message=self.message,
+            status=self.status,
+            objective=self.objective,
+            bound=self.bound,
+            gap=self.gap,
+            method=self.method,
+            wall_time=round(self.wall_time, 6),
+            seed=self.seed,
+            assignment=entries,
+            cost_by_link=by_link,
+            message=self.message,
             roles=problem.workload.roles if problem.workload else None,
         )
 
@@ -164,8 +186,9 @@ class Plan:
             "method": self.method,
             "wall_time": round(float(self.wall_time), 6),
             "seed": self.seed,
-            "assignment": [{"worker": e.worker, "node": e.node, "gpu": e.gpu}
-                           for e in self.assignment],
+            "assignment": [
+                {"worker": e.worker, "node": e.node, "gpu": e.gpu} for e in self.assignment
+            ],
             "cost_by_link": {k: _clean(v) for k, v in self.cost_by_link.items()},
             "message": self.message,
         }
@@ -178,8 +201,12 @@ class Plan:
         from tsched.formats._check import Checker, join
 
         ck = Checker(source)
-        doc = ck.mapping(data, "", required=("tsched", "cluster", "workload", "status",
-                                             "assignment"), optional=_PLAN_KEYS)
+        doc = ck.mapping(
+            data,
+            "",
+            required=("tsched", "cluster", "workload", "status", "assignment"),
+            optional=_PLAN_KEYS,
+        )
         if doc["tsched"] != PLAN_VERSION:
             raise ck.fail("tsched", f"expected {PLAN_VERSION!r}, got {doc['tsched']!r}")
         status = ck.choice(doc["status"], "status", STATUSES)
@@ -192,8 +219,13 @@ class Plan:
             if worker in seen:
                 raise ck.fail(join(where, "worker"), f"worker {worker} appears twice")
             seen.add(worker)
-            entries.append(PlanEntry(worker, ck.string(item["node"], join(where, "node")),
-                                     ck.integer(item["gpu"], join(where, "gpu"), minimum=0)))
+            entries.append(
+                PlanEntry(
+                    worker,
+                    ck.string(item["node"], join(where, "node")),
+                    ck.integer(item["gpu"], join(where, "gpu"), minimum=0),
+                )
+            )
         if seen and seen != set(range(len(seen))):
             raise ck.fail("assignment", f"workers must be 0..{len(seen) - 1}")
 
@@ -201,14 +233,18 @@ class Plan:
             value = doc.get(key)
             return None if value is None else ck.number(value, key)
 
-        links = ck.mapping(doc.get("cost_by_link", {}), "cost_by_link",
-                           optional=doc.get("cost_by_link") or ())
+        links = ck.mapping(
+            doc.get("cost_by_link", {}), "cost_by_link", optional=doc.get("cost_by_link") or ()
+        )
         seed = doc.get("seed")
         return cls(
             cluster=ck.string(doc["cluster"], "cluster"),
             workload=ck.string(doc["workload"], "workload"),
-            status=status, objective=opt_number("objective"), bound=opt_number("bound"),
-            gap=opt_number("gap"), method=str(doc.get("method", "")),
+            status=status,
+            objective=opt_number("objective"),
+            bound=opt_number("bound"),
+            gap=opt_number("gap"),
+            method=str(doc.get("method", "")),
             wall_time=float(opt_number("wall_time") or 0.0),
             seed=None if seed is None else ck.integer(seed, "seed"),
             assignment=tuple(sorted(entries, key=lambda e: e.worker)),

@@ -89,7 +89,11 @@ links:
   leaf:   {bandwidth: 50, latency: 5}
 levels: [nvl, leaf]
 node_types:
-  gb200-tray: {gpus: 4, gpu: {model: B200, memory_gb: 186}, intra: nvlink, nics: {count: 4, gbps: 400}}
+  gb200-tray:
+    gpus: 4
+    gpu: {model: B200, memory_gb: 186}
+    intra: nvlink
+    nics: {count: 4, gbps: 400}
 generate:
   - {type: gb200-tray, count: 36, fanout: {nvl: 18, leaf: 2}, name: "tray{index:02d}"}
 """,

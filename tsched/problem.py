@@ -5,7 +5,8 @@ workload may use; for a raw QAP, the QAP's locations). An *assignment* is an int
 ``n`` with distinct location indices: ``assignment[w]`` is the location of worker ``w``. The
 objective is
 
-    Σ over traffic edges (i → j, gb) of gb · D[assignment[i], assignment[j]]  +  Σ_i C[i, assignment[i]]
+    Σ over traffic edges (i → j, gb) of gb · D[assignment[i], assignment[j]]
+        + Σ_i C[i, assignment[i]]
 
 with D in seconds per GB, so it is the serialised communication time per iteration in seconds.
 The linear term C is only used for raw QAPs whose flow matrix has a non-zero diagonal
@@ -93,20 +94,30 @@ class PlacementProblem:
         if workload.workers > len(usable):
             parts = [f"{int((~free).sum())} busy"]
             if workload.gpu_models is not None:
-                parts.append(f"{int((free & ~np.isin(cluster.gpu_models(), list(workload.gpu_models))).sum())} "
-                             f"free but not of model {'/'.join(workload.gpu_models)}")
+                wrong = free & ~np.isin(cluster.gpu_models(), list(workload.gpu_models))
+                parts.append(
+                    f"{int(wrong.sum())} free but not of model {'/'.join(workload.gpu_models)}"
+                )
             if workload.memory_gb is not None:
-                parts.append(f"{int((free & (cluster.gpu_memory_gb() < workload.memory_gb)).sum())} "
-                             f"free but under {workload.memory_gb:g} GB")
-            reason = (f"workload {workload.name!r} needs {workload.workers} GPUs but cluster "
-                      f"{cluster.name!r} has {len(usable)} usable of {cluster.n_gpus} "
-                      f"({', '.join(parts)})")
+                parts.append(
+                    f"{int((free & (cluster.gpu_memory_gb() < workload.memory_gb)).sum())} "
+                    f"free but under {workload.memory_gb:g} GB"
+                )
+            reason = (
+                f"workload {workload.name!r} needs {workload.workers} GPUs but cluster "
+                f"{cluster.name!r} has {len(usable)} usable of {cluster.n_gpus} "
+                f"({', '.join(parts)})"
+            )
         return cls(
             name=f"{workload.name}@{cluster.name}",
             n_workers=workload.workers,
             locations=_readonly(usable.astype(np.int64)),
-            src=workload.src, dst=workload.dst, gb=workload.gb,
-            cluster=cluster, workload=workload, infeasible_reason=reason,
+            src=workload.src,
+            dst=workload.dst,
+            gb=workload.gb,
+            cluster=cluster,
+            workload=workload,
+            infeasible_reason=reason,
         )
 
     @classmethod
@@ -135,24 +146,36 @@ class PlacementProblem:
             linear = _readonly(np.outer(np.diag(a), np.diag(b)))
         reason = "" if n <= m else f"{name}: {n} facilities but only {m} locations"
         return cls(
-            name=name, n_workers=n, locations=_readonly(np.arange(m, dtype=np.int64)),
-            src=_readonly(src.astype(np.int64)), dst=_readonly(dst.astype(np.int64)),
-            gb=_readonly(off[src, dst]), linear=linear, infeasible_reason=reason,
+            name=name,
+            n_workers=n,
+            locations=_readonly(np.arange(m, dtype=np.int64)),
+            src=_readonly(src.astype(np.int64)),
+            dst=_readonly(dst.astype(np.int64)),
+            gb=_readonly(off[src, dst]),
+            linear=linear,
+            infeasible_reason=reason,
             given_distance=_readonly(b),
         )
 
     @classmethod
-    def from_edges(cls, n_workers: int, src: Any, dst: Any, weight: Any, distance: Any,
-                   name: str = "problem") -> PlacementProblem:
+    def from_edges(
+        cls, n_workers: int, src: Any, dst: Any, weight: Any, distance: Any, name: str = "problem"
+    ) -> PlacementProblem:
         """Sparse flow (edge list) with a dense distance matrix between ``m`` locations."""
         b = np.asarray(distance, dtype=float)
         s, d, w = canonical_traffic(src, dst, weight, n_workers, f"{name}: traffic")
         m = b.shape[0]
         reason = "" if n_workers <= m else f"{name}: {n_workers} workers but {m} locations"
-        return cls(name=name, n_workers=n_workers,
-                   locations=_readonly(np.arange(m, dtype=np.int64)), src=_readonly(s),
-                   dst=_readonly(d), gb=_readonly(w), infeasible_reason=reason,
-                   given_distance=_readonly(b))
+        return cls(
+            name=name,
+            n_workers=n_workers,
+            locations=_readonly(np.arange(m, dtype=np.int64)),
+            src=_readonly(s),
+            dst=_readonly(d),
+            gb=_readonly(w),
+            infeasible_reason=reason,
+            given_distance=_readonly(b),
+        )
 
     # ------------------------------------------------------------------ views
     @property
@@ -193,10 +216,10 @@ class PlacementProblem:
             if self.n_locations > DENSE_DISTANCE_LIMIT:
                 raise InputError(
                     f"{self.name}: a dense distance matrix over {self.n_locations} locations "
-                    f"would need {self.n_locations ** 2 * 8 / 2**30:.1f} GiB; use pair_distance")
+                    f"would need {self.n_locations**2 * 8 / 2**30:.1f} GiB; use pair_distance"
+                )
             assert self.cluster is not None
-            out = self._cache["distance"] = _readonly(
-                self.cluster.distance_matrix(self.locations))
+            out = self._cache["distance"] = _readonly(self.cluster.distance_matrix(self.locations))
         return out
 
     def pair_distance(self, loc_a: np.ndarray, loc_b: np.ndarray) -> np.ndarray:
@@ -237,9 +260,9 @@ class PlacementProblem:
             nodes = self.location_node()
             values = []
             uniq, first, counts = np.unique(nodes, return_index=True, return_counts=True)
-            for node, start, count in zip(uniq, first, counts):
+            for start, count in zip(first, counts):
                 if count > 1:  # locations are in global order, so a node's GPUs are contiguous
-                    idx = self.locations[start:start + count]
+                    idx = self.locations[start : start + count]
                     a, b = np.meshgrid(idx, idx)
                     off = a != b
                     values.append(cl.pair_seconds_per_gb(a[off], b[off]).min())
@@ -257,19 +280,23 @@ def check_assignment(problem: PlacementProblem, assignment: Any) -> np.ndarray:
     """Validate an assignment: length n, integer location indices in range, all distinct."""
     a = np.asarray(assignment)
     if a.shape != (problem.n_workers,):
-        raise InputError(f"assignment: expected {problem.n_workers} locations (one per worker), "
-                         f"got shape {a.shape}")
+        raise InputError(
+            f"assignment: expected {problem.n_workers} locations (one per worker), "
+            f"got shape {a.shape}"
+        )
     if not np.issubdtype(a.dtype, np.integer):
         raise InputError(f"assignment: expected integer location indices, got {a.dtype}")
     a = a.astype(np.int64)
     if a.size and (a.min() < 0 or a.max() >= problem.n_locations):
         bad = int(np.flatnonzero((a < 0) | (a >= problem.n_locations))[0])
-        raise InputError(f"assignment[{bad}]: location {a[bad]} out of range "
-                         f"(0..{problem.n_locations - 1})")
+        raise InputError(
+            f"assignment[{bad}]: location {a[bad]} out of range (0..{problem.n_locations - 1})"
+        )
     if len(np.unique(a)) != len(a):
         values, counts = np.unique(a, return_counts=True)
-        raise InputError(f"assignment: location {values[counts > 1][0]} is used by more than "
-                         "one worker")
+        raise InputError(
+            f"assignment: location {values[counts > 1][0]} is used by more than one worker"
+        )
     return a
 
 
@@ -314,14 +341,17 @@ def _incident(problem: PlacementProblem, workers: np.ndarray) -> np.ndarray:
     out_edges, in_edges = csr
     parts = []
     for w in workers:
-        parts.append(out_edges.data[out_edges.indptr[w]:out_edges.indptr[w + 1]])
-        parts.append(in_edges.data[in_edges.indptr[w]:in_edges.indptr[w + 1]])
+        parts.append(out_edges.data[out_edges.indptr[w] : out_edges.indptr[w + 1]])
+        parts.append(in_edges.data[in_edges.indptr[w] : in_edges.indptr[w + 1]])
     return np.unique(np.concatenate(parts)).astype(np.int64) - 1
 
 
 def _local_cost(problem: PlacementProblem, edges: np.ndarray, a: np.ndarray) -> float:
-    return float(np.dot(problem.gb[edges],
-                        problem.pair_distance(a[problem.src[edges]], a[problem.dst[edges]])))
+    return float(
+        np.dot(
+            problem.gb[edges], problem.pair_distance(a[problem.src[edges]], a[problem.dst[edges]])
+        )
+    )
 
 
 def swap_delta(problem: PlacementProblem, assignment: np.ndarray, r: int, s: int) -> float:
@@ -354,9 +384,14 @@ def move_delta(problem: PlacementProblem, assignment: np.ndarray, r: int, locati
     return float(delta)
 
 
-def swap_deltas_dense(flow: np.ndarray, dist_pos: np.ndarray, r: int,
-                      rowdot: np.ndarray | None = None, coldot: np.ndarray | None = None,
-                      linear_pos: np.ndarray | None = None) -> np.ndarray:
+def swap_deltas_dense(
+    flow: np.ndarray,
+    dist_pos: np.ndarray,
+    r: int,
+    rowdot: np.ndarray | None = None,
+    coldot: np.ndarray | None = None,
+    linear_pos: np.ndarray | None = None,
+) -> np.ndarray:
     """Objective change for exchanging the positions of ``r`` and every ``s``, as a vector over s.
 
     ``flow`` is a dense (k, k) flow with a zero diagonal; ``dist_pos[i, j]`` is the distance

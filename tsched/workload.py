@@ -47,8 +47,9 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def canonical_traffic(src: Any, dst: Any, gb: Any, workers: int,
-                      source: str = "traffic") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def canonical_traffic(
+    src: Any, dst: Any, gb: Any, workers: int, source: str = "traffic"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Validate and canonicalise an edge list: sorted by (src, dst), repeats summed.
 
     Self-traffic and zero entries are dropped. Raises :class:`InputError` for ids out of range
@@ -58,13 +59,17 @@ def canonical_traffic(src: Any, dst: Any, gb: Any, workers: int,
     dst = np.asarray(dst, dtype=np.int64).ravel()
     gb = np.asarray(gb, dtype=np.float64).ravel()
     if not (len(src) == len(dst) == len(gb)):
-        raise InputError(f"{source}: src, dst and gb must have the same length "
-                         f"({len(src)}, {len(dst)}, {len(gb)})")
+        raise InputError(
+            f"{source}: src, dst and gb must have the same length "
+            f"({len(src)}, {len(dst)}, {len(gb)})"
+        )
     for name, ids in (("src", src), ("dst", dst)):
         bad = np.flatnonzero((ids < 0) | (ids >= workers))
         if len(bad):
-            raise InputError(f"{source}[{bad[0]}].{name}: worker id {ids[bad[0]]} out of range "
-                             f"(workers: {workers}, valid ids 0..{workers - 1})")
+            raise InputError(
+                f"{source}[{bad[0]}].{name}: worker id {ids[bad[0]]} out of range "
+                f"(workers: {workers}, valid ids 0..{workers - 1})"
+            )
     bad = np.flatnonzero(~np.isfinite(gb))
     if len(bad):
         raise InputError(f"{source}[{bad[0]}].gb: must be a finite number of GB, got {gb[bad[0]]}")
@@ -209,36 +214,47 @@ class Workload:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise InputError(f"workload {self.name!r}: workers must be >= 1, got {self.workers}")
-        src, dst, gb = canonical_traffic(self.src, self.dst, self.gb, self.workers,
-                                         f"workload {self.name!r}: traffic")
+        src, dst, gb = canonical_traffic(
+            self.src, self.dst, self.gb, self.workers, f"workload {self.name!r}: traffic"
+        )
         object.__setattr__(self, "src", _readonly(src))
         object.__setattr__(self, "dst", _readonly(dst))
         object.__setattr__(self, "gb", _readonly(gb))
         if self.roles is not None and len(self.roles) != self.workers:
-            raise InputError(f"workload {self.name!r}: {len(self.roles)} roles for "
-                             f"{self.workers} workers")
+            raise InputError(
+                f"workload {self.name!r}: {len(self.roles)} roles for {self.workers} workers"
+            )
         if self.memory_gb is not None and not self.memory_gb >= 0:
-            raise InputError(f"workload {self.name!r}: constraints.memory_gb must be >= 0, "
-                             f"got {self.memory_gb}")
+            raise InputError(
+                f"workload {self.name!r}: constraints.memory_gb must be >= 0, got {self.memory_gb}"
+            )
 
     # ------------------------------------------------------------------ builders
     @classmethod
-    def from_edges(cls, name: str, workers: int, edges: Sequence[tuple[int, int, float]],
-                   **kwargs: Any) -> Workload:
+    def from_edges(
+        cls, name: str, workers: int, edges: Sequence[tuple[int, int, float]], **kwargs: Any
+    ) -> Workload:
         """Explicit traffic from ``(src, dst, gb)`` triples; repeated pairs add up."""
         arr = np.asarray(edges, dtype=float).reshape(-1, 3) if len(edges) else np.zeros((0, 3))
         if len(arr) and np.any(arr[:, :2] != np.round(arr[:, :2])):
             raise InputError(f"workload {name!r}: traffic src/dst must be integer worker ids")
-        return cls(name, int(workers), arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64),
-                   arr[:, 2], **kwargs)
+        return cls(
+            name,
+            int(workers),
+            arr[:, 0].astype(np.int64),
+            arr[:, 1].astype(np.int64),
+            arr[:, 2],
+            **kwargs,
+        )
 
     @classmethod
     def from_matrix(cls, name: str, matrix: Any, **kwargs: Any) -> Workload:
         """Explicit traffic from a square matrix ``matrix[i, j]`` = GB sent i → j."""
         m = np.asarray(matrix, dtype=float)
         if m.ndim != 2 or m.shape[0] != m.shape[1]:
-            raise InputError(f"workload {name!r}: traffic matrix must be square, "
-                             f"got shape {m.shape}")
+            raise InputError(
+                f"workload {name!r}: traffic matrix must be square, got shape {m.shape}"
+            )
         src, dst = np.nonzero(m)
         return cls(name, m.shape[0], src, dst, m[src, dst], **kwargs)
 
@@ -248,17 +264,30 @@ class Workload:
         src, dst, gb = layout_traffic(layout, model)
         roles = tuple(
             "-".join(f"{d}{c}" for d, c in _coords(layout, r).items() if layout.size(d) > 1)
-            or "rank0" for r in range(layout.workers))
-        return cls(name, layout.workers, src, dst, gb, layout=layout, model=model, roles=roles,
-                   **kwargs)
+            or "rank0"
+            for r in range(layout.workers)
+        )
+        return cls(
+            name, layout.workers, src, dst, gb, layout=layout, model=model, roles=roles, **kwargs
+        )
 
     @classmethod
-    def from_serving(cls, name: str, serving: ServingSpec, model: ModelSpec,
-                     **kwargs: Any) -> Workload:
+    def from_serving(
+        cls, name: str, serving: ServingSpec, model: ModelSpec, **kwargs: Any
+    ) -> Workload:
         """Traffic of an inference deployment (see :func:`serving_traffic`)."""
         src, dst, gb, roles = serving_traffic(serving, model)
-        return cls(name, len(roles), src, dst, gb, model=model, serving=serving,
-                   roles=tuple(roles), **kwargs)
+        return cls(
+            name,
+            len(roles),
+            src,
+            dst,
+            gb,
+            model=model,
+            serving=serving,
+            roles=tuple(roles),
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------ views
     @property
@@ -286,14 +315,21 @@ class Workload:
         kind = "explicit traffic"
         if self.layout is not None:
             lay = self.layout
-            kind = " x ".join(f"{d.upper()}{lay.size(d)}" for d in PARALLEL_DIMS
-                              if lay.size(d) > 1) or "1 worker"
+            kind = (
+                " x ".join(f"{d.upper()}{lay.size(d)}" for d in PARALLEL_DIMS if lay.size(d) > 1)
+                or "1 worker"
+            )
         elif self.serving is not None:
             s = self.serving
-            kind = (f"serving: {s.prefill.replicas}x prefill TP{s.prefill.tp} + "
-                    if s.prefill else "serving: ") + f"{s.decode.replicas}x decode TP{s.decode.tp}"
-        return (f"{self.name}: {self.workers} workers ({kind}); {self.n_edges} traffic pairs, "
-                f"{self.total_gb:.4g} GB per iteration")
+            kind = (
+                f"serving: {s.prefill.replicas}x prefill TP{s.prefill.tp} + "
+                if s.prefill
+                else "serving: "
+            ) + f"{s.decode.replicas}x decode TP{s.decode.tp}"
+        return (
+            f"{self.name}: {self.workers} workers ({kind}); {self.n_edges} traffic pairs, "
+            f"{self.total_gb:.4g} GB per iteration"
+        )
 
 
 def _coords(layout: Layout, rank: int) -> dict[str, int]:
@@ -351,7 +387,7 @@ def layout_traffic(layout: Layout, model: ModelSpec) -> tuple[np.ndarray, np.nda
     _check_layout(layout, model)
     b, s, h = model.micro_batch, model.seq_len, model.hidden
     beta, m = model.bytes_per_element, model.micro_batches
-    tp, pp, dp, ep, cp = layout.tp, layout.pp, layout.dp, layout.ep, layout.cp
+    tp, pp, ep, cp = layout.tp, layout.pp, layout.ep, layout.cp
     layers_per_stage = model.layers / pp
     tokens = b * s / cp  # tokens of one micro-batch on one rank
     parts: list[tuple[Any, Any, Any]] = []
@@ -373,8 +409,9 @@ def layout_traffic(layout: Layout, model: ModelSpec) -> tuple[np.ndarray, np.nda
     dense = (model.params_b - model.expert_params_b) * 1e9
     _ring(layout.groups(("dp", "ep", "cp")), dense * beta / (tp * pp), parts)
     if model.expert_params_b > 0:
-        _ring(layout.groups(("dp", "cp")), model.expert_params_b * 1e9 * beta / (tp * pp * ep),
-              parts)
+        _ring(
+            layout.groups(("dp", "cp")), model.expert_params_b * 1e9 * beta / (tp * pp * ep), parts
+        )
 
     if ep > 1:
         grp = layout.groups("ep")
@@ -401,25 +438,32 @@ def _check_layout(layout: Layout, model: ModelSpec) -> None:
             raise InputError(f"{where}.{d}: must be an integer >= 1, got {v!r}")
     dims = layout.order.split("-")
     if sorted(dims) != sorted(PARALLEL_DIMS):
-        raise InputError(f"{where}.order: must name each of {', '.join(PARALLEL_DIMS)} once, "
-                         f"innermost first (e.g. {DEFAULT_ORDER!r}), got {layout.order!r}")
+        raise InputError(
+            f"{where}.order: must name each of {', '.join(PARALLEL_DIMS)} once, "
+            f"innermost first (e.g. {DEFAULT_ORDER!r}), got {layout.order!r}"
+        )
     if model.layers % layout.pp:
-        raise InputError(f"model.layers: {model.layers} layers do not split evenly over "
-                         f"pp={layout.pp} stages")
+        raise InputError(
+            f"model.layers: {model.layers} layers do not split evenly over pp={layout.pp} stages"
+        )
     if layout.ep > 1:
         if model.experts < 1 or model.top_k < 1:
-            raise InputError(f"layout.ep: ep={layout.ep} needs an MoE model "
-                             "(model.experts and model.top_k >= 1)")
+            raise InputError(
+                f"layout.ep: ep={layout.ep} needs an MoE model (model.experts and model.top_k >= 1)"
+            )
         if model.experts % layout.ep:
-            raise InputError(f"layout.ep: {model.experts} experts do not split evenly over "
-                             f"ep={layout.ep}")
+            raise InputError(
+                f"layout.ep: {model.experts} experts do not split evenly over ep={layout.ep}"
+            )
     if model.expert_params_b > model.params_b:
-        raise InputError(f"model.expert_params_b: {model.expert_params_b} exceeds params_b "
-                         f"{model.params_b}")
+        raise InputError(
+            f"model.expert_params_b: {model.expert_params_b} exceeds params_b {model.params_b}"
+        )
 
 
-def serving_traffic(serving: ServingSpec, model: ModelSpec
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+def serving_traffic(
+    serving: ServingSpec, model: ModelSpec
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """Per-second traffic (GB, i → j) of an inference deployment, and a role name per worker.
 
     Workers are numbered prefill replicas first (replica-major, TP rank minor), then decode.
@@ -444,15 +488,22 @@ def serving_traffic(serving: ServingSpec, model: ModelSpec
         pools.append(("prefill", serving.prefill, serving.requests_per_s * serving.prompt_tokens))
         pools.append(("decode", serving.decode, serving.requests_per_s * serving.output_tokens))
     else:
-        pools.append(("decode", serving.decode,
-                      serving.requests_per_s * (serving.prompt_tokens + serving.output_tokens)))
+        pools.append(
+            (
+                "decode",
+                serving.decode,
+                serving.requests_per_s * (serving.prompt_tokens + serving.output_tokens),
+            )
+        )
     roles: list[str] = []
     parts: list[tuple[Any, Any, Any]] = []
     first: dict[str, int] = {}
     for role, pool, tokens_per_s in pools:
         if pool.replicas < 1 or pool.tp < 1:
-            raise InputError(f"serving.{role}: replicas and tp must be >= 1, got "
-                             f"replicas={pool.replicas}, tp={pool.tp}")
+            raise InputError(
+                f"serving.{role}: replicas and tp must be >= 1, got "
+                f"replicas={pool.replicas}, tp={pool.tp}"
+            )
         first[role] = len(roles)
         groups = len(roles) + np.arange(pool.replicas * pool.tp).reshape(pool.replicas, pool.tp)
         roles.extend(f"{role}{r}-tp{t}" for r in range(pool.replicas) for t in range(pool.tp))
@@ -460,7 +511,9 @@ def serving_traffic(serving: ServingSpec, model: ModelSpec
         _ring(groups, 2 * L * per_replica_tokens * h * beta, parts)
     if serving.prefill is not None:
         pre, dec = serving.prefill, serving.decode
-        kv_per_replica = serving.requests_per_s / pre.replicas * serving.prompt_tokens * kv_per_token
+        kv_per_replica = (
+            serving.requests_per_s / pre.replicas * serving.prompt_tokens * kv_per_token
+        )
         amount = kv_per_replica / dec.replicas / pre.tp / 1e9
         for p in range(pre.replicas):
             for r in range(pre.tp):

@@ -69,8 +69,9 @@ class Checker:
             raise self.fail(where, "expected a non-empty name")
         return text
 
-    def number(self, value: Any, where: str, *, minimum: float | None = None,
-               positive: bool = False) -> float:
+    def number(
+        self, value: Any, where: str, *, minimum: float | None = None, positive: bool = False
+    ) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(where, f"expected a number, got {_describe(value)}")
         number = float(value)
@@ -93,7 +94,9 @@ class Checker:
         allowed = tuple(allowed)
         text = self.string(value, where)
         if text not in allowed:
-            raise self.fail(where, f"unknown value {text!r} (expected one of: {', '.join(allowed)})")
+            raise self.fail(
+                where, f"unknown value {text!r} (expected one of: {', '.join(allowed)})"
+            )
         return text
 
 

@@ -25,12 +25,27 @@ from tsched._io import atomic_write_text, dump_yaml, load_yaml_text, read_text
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.formats._check import Checker, join
 
-__all__ = ["CLUSTER_VERSION", "cluster_from_dict", "cluster_to_dict", "read_cluster",
-           "write_cluster", "parse_cluster_text"]
+__all__ = [
+    "CLUSTER_VERSION",
+    "cluster_from_dict",
+    "cluster_to_dict",
+    "read_cluster",
+    "write_cluster",
+    "parse_cluster_text",
+]
 
 CLUSTER_VERSION = "cluster/v1"
-_TOP_KEYS = ("tsched", "name", "links", "levels", "node_types", "nodes", "generate", "busy",
-             "description")
+_TOP_KEYS = (
+    "tsched",
+    "name",
+    "links",
+    "levels",
+    "node_types",
+    "nodes",
+    "generate",
+    "busy",
+    "description",
+)
 
 
 def read_cluster(path: str | os.PathLike[str]) -> Cluster:
@@ -54,19 +69,33 @@ def parse_cluster_text(text: str, source: str) -> Cluster:
 def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
     """Build a :class:`Cluster` from plain data (a parsed ``cluster/v1`` document)."""
     ck = Checker(source)
-    doc = ck.mapping(data, "", required=("tsched", "name", "links", "node_types"),
-                     optional=_TOP_KEYS, example="tsched: cluster/v1")
+    doc = ck.mapping(
+        data,
+        "",
+        required=("tsched", "name", "links", "node_types"),
+        optional=_TOP_KEYS,
+        example="tsched: cluster/v1",
+    )
     if doc["tsched"] != CLUSTER_VERSION:
         raise ck.fail("tsched", f"expected {CLUSTER_VERSION!r}, got {doc['tsched']!r}")
     name = ck.string(doc["name"], "name")
 
-    links_doc = ck.mapping(doc["links"], "links", optional=doc["links"] or (),
-                           example="{nvlink: {bandwidth: 450, latency: 2}}")
+    links_doc = ck.mapping(
+        doc["links"],
+        "links",
+        optional=doc["links"] or (),
+        example="{nvlink: {bandwidth: 450, latency: 2}}",
+    )
     links: dict[str, LinkClass] = {}
     for key, spec in links_doc.items():
         where = join("links", key)
-        spec = ck.mapping(spec, where, required=("bandwidth",), optional=("latency",),
-                          example="{bandwidth: 50, latency: 5}")
+        spec = ck.mapping(
+            spec,
+            where,
+            required=("bandwidth",),
+            optional=("latency",),
+            example="{bandwidth: 50, latency: 5}",
+        )
         links[key] = LinkClass(
             key,
             ck.number(spec["bandwidth"], join(where, "bandwidth"), positive=True),
@@ -84,19 +113,31 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
     nodes: list[Node] = []
     for i, spec in enumerate(ck.sequence(doc.get("nodes", []), "nodes")):
         where = join("nodes", i)
-        spec = ck.mapping(spec, where, required=("name", "type"), optional=("at", "busy"),
-                          example="{name: node001, type: dgx-h100, at: {leaf: l0}}")
+        spec = ck.mapping(
+            spec,
+            where,
+            required=("name", "type"),
+            optional=("at", "busy"),
+            example="{name: node001, type: dgx-h100, at: {leaf: l0}}",
+        )
         at = _groups(ck, spec.get("at", {}), join(where, "at"))
         busy = _indices(ck, spec.get("busy", []), join(where, "busy"))
-        nodes.append(Node(ck.string(spec["name"], join(where, "name")),
-                          ck.string(spec["type"], join(where, "type")), at, busy))
+        nodes.append(
+            Node(
+                ck.string(spec["name"], join(where, "name")),
+                ck.string(spec["type"], join(where, "type")),
+                at,
+                busy,
+            )
+        )
     counters: dict[str, int] = {}
     for i, spec in enumerate(ck.sequence(doc.get("generate", []), "generate")):
         nodes.extend(_generate(ck, spec, join("generate", i), levels, counters))
 
     if "busy" in doc:
-        busy_doc = ck.mapping(doc["busy"], "busy", optional=doc["busy"] or (),
-                              example="{node0001: [0, 1]}")
+        busy_doc = ck.mapping(
+            doc["busy"], "busy", optional=doc["busy"] or (), example="{node0001: [0, 1]}"
+        )
         index = {n.name: k for k, n in enumerate(nodes)}
         for node_name, idx in busy_doc.items():
             where = join("busy", node_name)
@@ -104,17 +145,27 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
                 raise ck.fail(where, f"no node named {node_name!r}")
             k = index[node_name]
             old = nodes[k]
-            nodes[k] = Node(old.name, old.type, old.at,
-                            old.busy + _indices(ck, idx, where))
-    return Cluster(name, links, levels, node_types, tuple(nodes), source=source,
-                   description=str(doc.get("description", "")))
+            nodes[k] = Node(old.name, old.type, old.at, old.busy + _indices(ck, idx, where))
+    return Cluster(
+        name,
+        links,
+        levels,
+        node_types,
+        tuple(nodes),
+        source=source,
+        description=str(doc.get("description", "")),
+    )
 
 
 def _node_type(ck: Checker, key: str, spec: Any) -> NodeType:
     where = join("node_types", key)
-    spec = ck.mapping(spec, where, required=("gpus",),
-                      optional=("gpu", "intra", "intra_matrix", "nics"),
-                      example="{gpus: 8, gpu: {model: H100, memory_gb: 80}, intra: nvlink}")
+    spec = ck.mapping(
+        spec,
+        where,
+        required=("gpus",),
+        optional=("gpu", "intra", "intra_matrix", "nics"),
+        example="{gpus: 8, gpu: {model: H100, memory_gb: 80}, intra: nvlink}",
+    )
     gpus = ck.integer(spec["gpus"], join(where, "gpus"), minimum=1)
     gpu = ck.mapping(spec.get("gpu", {}), join(where, "gpu"), optional=("model", "memory_gb"))
     model = ck.string(gpu.get("model", "GPU"), join(where, "gpu.model"))
@@ -129,16 +180,24 @@ def _node_type(ck: Checker, key: str, spec: Any) -> NodeType:
         )
     nics, nic_gbps = 0, 0.0
     if "nics" in spec:
-        nic = ck.mapping(spec["nics"], join(where, "nics"), required=("count", "gbps"),
-                         example="{count: 8, gbps: 400}")
+        nic = ck.mapping(
+            spec["nics"],
+            join(where, "nics"),
+            required=("count", "gbps"),
+            example="{count: 8, gbps: 400}",
+        )
         nics = ck.integer(nic["count"], join(where, "nics.count"), minimum=0)
         nic_gbps = ck.number(nic["gbps"], join(where, "nics.gbps"), minimum=0.0)
     return NodeType(key, gpus, model, memory, intra, matrix, nics, nic_gbps)
 
 
 def _groups(ck: Checker, value: Any, where: str) -> dict[str, str]:
-    doc = ck.mapping(value, where, optional=value if isinstance(value, Mapping) else (),
-                     example="{leaf: l0, spine: s0}")
+    doc = ck.mapping(
+        value,
+        where,
+        optional=value if isinstance(value, Mapping) else (),
+        example="{leaf: l0, spine: s0}",
+    )
     return {level: ck.string(group, join(where, level)) for level, group in doc.items()}
 
 
@@ -147,29 +206,46 @@ def _indices(ck: Checker, value: Any, where: str) -> tuple[int, ...]:
     return tuple(ck.integer(v, join(where, i), minimum=0) for i, v in enumerate(items))
 
 
-def _generate(ck: Checker, spec: Any, where: str, levels: tuple[str, ...],
-              counters: dict[str, int]) -> list[Node]:
-    spec = ck.mapping(spec, where, required=("type", "count"),
-                      optional=("fanout", "name", "start", "at"),
-                      example="{type: dgx-h100, count: 64, fanout: {leaf: 8, spine: 4}}")
+def _generate(
+    ck: Checker, spec: Any, where: str, levels: tuple[str, ...], counters: dict[str, int]
+) -> list[Node]:
+    spec = ck.mapping(
+        spec,
+        where,
+        required=("type", "count"),
+        optional=("fanout", "name", "start", "at"),
+        example="{type: dgx-h100, count: 64, fanout: {leaf: 8, spine: 4}}",
+    )
     type_name = ck.string(spec["type"], join(where, "type"))
     count = ck.integer(spec["count"], join(where, "count"), minimum=1)
-    fanout_doc = ck.mapping(spec.get("fanout", {}), join(where, "fanout"),
-                            optional=levels, example="{leaf: 16, spine: 8}")
-    fanout = [ck.integer(fanout_doc[lv], join(where, f"fanout.{lv}"), minimum=1)
-              for lv in levels if lv in fanout_doc]
+    fanout_doc = ck.mapping(
+        spec.get("fanout", {}),
+        join(where, "fanout"),
+        optional=levels,
+        example="{leaf: 16, spine: 8}",
+    )
+    fanout = [
+        ck.integer(fanout_doc[lv], join(where, f"fanout.{lv}"), minimum=1)
+        for lv in levels
+        if lv in fanout_doc
+    ]
     covered = levels[: len(fanout)]
     if set(fanout_doc) != set(covered):
-        raise ck.fail(join(where, "fanout"), "must cover the nearest levels in order "
-                      f"(levels: {list(levels)}; e.g. fanout: {{{levels[0] if levels else 'leaf'}: 16}})")
+        raise ck.fail(
+            join(where, "fanout"),
+            "must cover the nearest levels in order "
+            f"(levels: {list(levels)}; e.g. fanout: {{{levels[0] if levels else 'leaf'}: 16}})",
+        )
     fixed = _groups(ck, spec.get("at", {}), join(where, "at"))
     for lv in fixed:
         if lv in covered:
             raise ck.fail(join(where, f"at.{lv}"), f"level {lv!r} is already set by fanout")
     pattern = spec.get("name", "node{index:05d}")
     if not isinstance(pattern, str) or "{index" not in pattern:
-        raise ck.fail(join(where, "name"), "expected a format with {index}, e.g. 'node{index:04d}'"
-                      f", got {pattern!r}")
+        raise ck.fail(
+            join(where, "name"),
+            f"expected a format with {{index}}, e.g. 'node{{index:04d}}', got {pattern!r}",
+        )
     start = ck.integer(spec.get("start", 1), join(where, "start"), minimum=0)
     base = {lv: counters.get(lv, 0) for lv in covered}
     nodes = []
@@ -196,8 +272,10 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
     """Plain data for a cluster (explicit nodes); ``cluster_from_dict`` reads it back equal."""
     types: dict[str, Any] = {}
     for key, nt in cluster.node_types.items():
-        spec: dict[str, Any] = {"gpus": nt.gpus, "gpu": {"model": nt.gpu_model,
-                                                         "memory_gb": _num(nt.memory_gb)}}
+        spec: dict[str, Any] = {
+            "gpus": nt.gpus,
+            "gpu": {"model": nt.gpu_model, "memory_gb": _num(nt.memory_gb)},
+        }
         if nt.intra is not None:
             spec["intra"] = nt.intra
         if nt.intra_matrix is not None:
@@ -217,8 +295,10 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
         "tsched": CLUSTER_VERSION,
         "name": cluster.name,
         **({"description": cluster.description} if cluster.description else {}),
-        "links": {k: {"bandwidth": _num(v.bandwidth), "latency": _num(v.latency)}
-                  for k, v in cluster.links.items()},
+        "links": {
+            k: {"bandwidth": _num(v.bandwidth), "latency": _num(v.latency)}
+            for k, v in cluster.links.items()
+        },
         "levels": list(cluster.levels),
         "node_types": types,
         "nodes": nodes,

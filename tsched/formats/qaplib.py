@@ -60,22 +60,28 @@ def read_dat(path: str | os.PathLike[str]) -> QAPInstance:
     try:
         n = int(tokens[0])
     except ValueError:
-        raise InputError(f"{path}: first number (n) must be an integer, got {tokens[0]!r}") from None
+        raise InputError(
+            f"{path}: first number (n) must be an integer, got {tokens[0]!r}"
+        ) from None
     if n < 1:
         raise InputError(f"{path}: n must be >= 1, got {n}")
     need = 1 + 2 * n * n
     if len(tokens) < need:
-        raise InputError(f"{path}: too few numbers: n={n} needs {2 * n * n} matrix entries "
-                         f"after n, found {len(tokens) - 1}")
+        raise InputError(
+            f"{path}: too few numbers: n={n} needs {2 * n * n} matrix entries "
+            f"after n, found {len(tokens) - 1}"
+        )
     if len(tokens) > need:
-        raise InputError(f"{path}: too many numbers: n={n} needs {2 * n * n} matrix entries "
-                         f"after n, found {len(tokens) - 1}")
+        raise InputError(
+            f"{path}: too many numbers: n={n} needs {2 * n * n} matrix entries "
+            f"after n, found {len(tokens) - 1}"
+        )
     try:
         values = np.array(tokens[1:], dtype=np.int64)
     except ValueError:
         bad = next(t for t in tokens[1:] if not t.lstrip("-").isdigit())
         raise InputError(f"{path}: matrix entries must be integers, got {bad!r}") from None
-    return QAPInstance(name, n, values[: n * n].reshape(n, n), values[n * n:].reshape(n, n))
+    return QAPInstance(name, n, values[: n * n].reshape(n, n), values[n * n :].reshape(n, n))
 
 
 def read_sln(path: str | os.PathLike[str], instance: QAPInstance | None = None) -> QAPSolution:

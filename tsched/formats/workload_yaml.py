@@ -2,7 +2,8 @@
 
 A workload file gives exactly one traffic source:
 
-- ``layout`` + ``model``: a training job's parallel layout (see :func:`tsched.workload.layout_traffic`);
+- ``layout`` + ``model``: a training job's parallel layout
+  (see :func:`tsched.workload.layout_traffic`);
 - ``serving`` + ``model``: an inference deployment (see :func:`tsched.workload.serving_traffic`);
 - ``traffic``: an edge list ``[{src, dst, gb}, …]`` with ``workers``;
 - ``traffic_matrix``: an inline square matrix (GB sent row → column);
@@ -37,14 +38,30 @@ from tsched.workload import (
     Workload,
 )
 
-__all__ = ["WORKLOAD_VERSION", "workload_from_dict", "workload_to_dict", "read_workload",
-           "write_workload", "parse_workload_text"]
+__all__ = [
+    "WORKLOAD_VERSION",
+    "workload_from_dict",
+    "workload_to_dict",
+    "read_workload",
+    "write_workload",
+    "parse_workload_text",
+]
 
 WORKLOAD_VERSION = "workload/v1"
 _SOURCES = ("layout", "serving", "traffic", "traffic_matrix", "traffic_file")
 _TOP_KEYS = ("tsched", "name", "description", "workers", "model", "constraints", *_SOURCES)
-_MODEL_KEYS = ("params_b", "hidden", "layers", "seq_len", "micro_batch", "micro_batches",
-               "bytes_per_element", "experts", "top_k", "expert_params_b")
+_MODEL_KEYS = (
+    "params_b",
+    "hidden",
+    "layers",
+    "seq_len",
+    "micro_batch",
+    "micro_batches",
+    "bytes_per_element",
+    "experts",
+    "top_k",
+    "expert_params_b",
+)
 _EDGE_KEYS = frozenset(("src", "dst", "gb"))
 
 
@@ -70,7 +87,8 @@ def parse_workload_text(text: str, source: str, base: Path | None = None) -> Wor
 
 _EDGE_LINE = re.compile(
     r"[ \t]*-[ \t]*\{[ \t]*src:[ \t]*(\d+)[ \t]*,[ \t]*dst:[ \t]*(\d+)[ \t]*,[ \t]*"
-    r"gb:[ \t]*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)[ \t]*\}[ \t]*(?:#.*)?")
+    r"gb:[ \t]*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)[ \t]*\}[ \t]*(?:#.*)?"
+)
 _TRAFFIC_KEY = re.compile(r"traffic:[ \t]*(?:#.*)?")
 
 
@@ -86,7 +104,7 @@ def _split_fast_traffic(text: str) -> tuple[str, tuple[np.ndarray, ...] | None]:
     end = start + 1
     while end < len(lines) and (not lines[end] or lines[end][0] in " \t-#"):
         end += 1
-    block = lines[start + 1:end]
+    block = lines[start + 1 : end]
     body = [line for line in block if line.strip() and not line.lstrip().startswith("#")]
     if len(body) < 1000:  # small lists: the YAML parser gives the best messages
         return text, None
@@ -104,8 +122,9 @@ def _split_fast_traffic(text: str) -> tuple[str, tuple[np.ndarray, ...] | None]:
 def workload_from_dict(data: Any, source: str = "workload", base: Path | None = None) -> Workload:
     """Build a :class:`Workload` from a parsed ``workload/v1`` document."""
     ck = Checker(source)
-    doc = ck.mapping(data, "", required=("tsched", "name"), optional=_TOP_KEYS,
-                     example="tsched: workload/v1")
+    doc = ck.mapping(
+        data, "", required=("tsched", "name"), optional=_TOP_KEYS, example="tsched: workload/v1"
+    )
     if doc["tsched"] != WORKLOAD_VERSION:
         raise ck.fail("tsched", f"expected {WORKLOAD_VERSION!r}, got {doc['tsched']!r}")
     name = ck.string(doc["name"], "name")
@@ -119,10 +138,15 @@ def workload_from_dict(data: Any, source: str = "workload", base: Path | None = 
 
     if kind in ("layout", "serving"):
         if "model" not in doc:
-            raise ck.fail("", f"'{kind}' needs a 'model' (e.g. model: {{params_b: 8, hidden: 4096,"
-                          " layers: 32}})")
+            raise ck.fail(
+                "",
+                f"'{kind}' needs a 'model' (e.g. model: {{params_b: 8, hidden: 4096,"
+                " layers: 32}})",
+            )
         if "workers" in doc:
-            raise ck.fail("workers", f"not allowed with '{kind}' (the worker count follows from it)")
+            raise ck.fail(
+                "workers", f"not allowed with '{kind}' (the worker count follows from it)"
+            )
         model = _model(ck, doc["model"])
         try:
             if kind == "layout":
@@ -158,66 +182,104 @@ def workload_from_dict(data: Any, source: str = "workload", base: Path | None = 
 def _constraints(ck: Checker, value: Any) -> dict[str, Any]:
     if value is None:
         return {}
-    doc = ck.mapping(value, "constraints", optional=("gpu_models", "memory_gb"),
-                     example="{gpu_models: [H100], memory_gb: 60}")
+    doc = ck.mapping(
+        value,
+        "constraints",
+        optional=("gpu_models", "memory_gb"),
+        example="{gpu_models: [H100], memory_gb: 60}",
+    )
     out: dict[str, Any] = {}
     if "gpu_models" in doc:
         models = ck.sequence(doc["gpu_models"], "constraints.gpu_models", example="[H100, H200]")
         if not models:
             raise ck.fail("constraints.gpu_models", "must list at least one GPU model")
-        out["gpu_models"] = tuple(ck.string(m, join("constraints.gpu_models", i))
-                                  for i, m in enumerate(models))
+        out["gpu_models"] = tuple(
+            ck.string(m, join("constraints.gpu_models", i)) for i, m in enumerate(models)
+        )
     if "memory_gb" in doc:
         out["memory_gb"] = ck.number(doc["memory_gb"], "constraints.memory_gb", minimum=0.0)
     return out
 
 
 def _layout(ck: Checker, value: Any) -> Layout:
-    doc = ck.mapping(value, "layout", optional=(*PARALLEL_DIMS, "order"),
-                     example="{tp: 8, pp: 4, dp: 2}")
+    doc = ck.mapping(
+        value, "layout", optional=(*PARALLEL_DIMS, "order"), example="{tp: 8, pp: 4, dp: 2}"
+    )
     sizes = {d: ck.integer(doc.get(d, 1), join("layout", d), minimum=1) for d in PARALLEL_DIMS}
     order = ck.string(doc.get("order", DEFAULT_ORDER), "layout.order")
     return Layout(order=order, **sizes)
 
 
 def _model(ck: Checker, value: Any) -> ModelSpec:
-    doc = ck.mapping(value, "model", required=("params_b", "hidden", "layers"),
-                     optional=_MODEL_KEYS, example="{params_b: 70, hidden: 8192, layers: 80}")
-    ints = {k: ck.integer(doc[k], join("model", k), minimum=1)
-            for k in ("hidden", "layers", "seq_len", "micro_batch", "micro_batches") if k in doc}
-    ints.update({k: ck.integer(doc[k], join("model", k), minimum=0)
-                 for k in ("experts", "top_k") if k in doc})
-    floats = {k: ck.number(doc[k], join("model", k), minimum=0.0)
-              for k in ("params_b", "expert_params_b") if k in doc}
+    doc = ck.mapping(
+        value,
+        "model",
+        required=("params_b", "hidden", "layers"),
+        optional=_MODEL_KEYS,
+        example="{params_b: 70, hidden: 8192, layers: 80}",
+    )
+    ints = {
+        k: ck.integer(doc[k], join("model", k), minimum=1)
+        for k in ("hidden", "layers", "seq_len", "micro_batch", "micro_batches")
+        if k in doc
+    }
+    ints.update(
+        {
+            k: ck.integer(doc[k], join("model", k), minimum=0)
+            for k in ("experts", "top_k")
+            if k in doc
+        }
+    )
+    floats = {
+        k: ck.number(doc[k], join("model", k), minimum=0.0)
+        for k in ("params_b", "expert_params_b")
+        if k in doc
+    }
     if "bytes_per_element" in doc:
-        floats["bytes_per_element"] = ck.number(doc["bytes_per_element"],
-                                                "model.bytes_per_element", positive=True)
+        floats["bytes_per_element"] = ck.number(
+            doc["bytes_per_element"], "model.bytes_per_element", positive=True
+        )
     return ModelSpec(**ints, **floats)
 
 
 def _serving(ck: Checker, value: Any) -> ServingSpec:
-    doc = ck.mapping(value, "serving", required=("decode",),
-                     optional=("prefill", "decode", "requests_per_s", "prompt_tokens",
-                               "output_tokens", "kv_bytes_per_token"),
-                     example="{prefill: {replicas: 2, tp: 4}, decode: {replicas: 1, tp: 8}}")
+    doc = ck.mapping(
+        value,
+        "serving",
+        required=("decode",),
+        optional=(
+            "prefill",
+            "decode",
+            "requests_per_s",
+            "prompt_tokens",
+            "output_tokens",
+            "kv_bytes_per_token",
+        ),
+        example="{prefill: {replicas: 2, tp: 4}, decode: {replicas: 1, tp: 8}}",
+    )
 
     def pool(key: str) -> PoolSpec:
         p = ck.mapping(doc[key], join("serving", key), required=("replicas",), optional=("tp",))
-        return PoolSpec(ck.integer(p["replicas"], f"serving.{key}.replicas", minimum=1),
-                        ck.integer(p.get("tp", 1), f"serving.{key}.tp", minimum=1))
+        return PoolSpec(
+            ck.integer(p["replicas"], f"serving.{key}.replicas", minimum=1),
+            ck.integer(p.get("tp", 1), f"serving.{key}.tp", minimum=1),
+        )
 
     kw: dict[str, Any] = {}
     if "requests_per_s" in doc:
-        kw["requests_per_s"] = ck.number(doc["requests_per_s"], "serving.requests_per_s",
-                                         positive=True)
+        kw["requests_per_s"] = ck.number(
+            doc["requests_per_s"], "serving.requests_per_s", positive=True
+        )
     for key in ("prompt_tokens", "output_tokens"):
         if key in doc:
             kw[key] = ck.integer(doc[key], join("serving", key), minimum=1)
     if "kv_bytes_per_token" in doc:
-        kw["kv_bytes_per_token"] = ck.number(doc["kv_bytes_per_token"],
-                                             "serving.kv_bytes_per_token", positive=True)
-    return ServingSpec(decode=pool("decode"),
-                       prefill=pool("prefill") if "prefill" in doc else None, **kw)
+        kw["kv_bytes_per_token"] = ck.number(
+            doc["kv_bytes_per_token"], "serving.kv_bytes_per_token", positive=True
+        )
+    return ServingSpec(
+        decode=pool("decode"), prefill=pool("prefill") if "prefill" in doc else None, **kw
+    )
 
 
 def _edges(ck: Checker, value: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -229,8 +291,9 @@ def _edges(ck: Checker, value: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     gb: list[Any] = []
     for i, edge in enumerate(edges):
         if type(edge) is not dict or edge.keys() != _EDGE_KEYS:  # fast path for big files
-            ck.mapping(edge, join("traffic", i), required=_EDGE_KEYS,
-                       example="{src: 0, dst: 1, gb: 10.0}")
+            ck.mapping(
+                edge, join("traffic", i), required=_EDGE_KEYS, example="{src: 0, dst: 1, gb: 10.0}"
+            )
         src.append(edge["src"])
         dst.append(edge["dst"])
         gb.append(edge["gb"])
@@ -256,8 +319,9 @@ def _matrix(ck: Checker, value: Any, where: str) -> np.ndarray:
     n = len(rows)
     for i, row in enumerate(rows):
         if len(row) != n:
-            raise ck.fail(where, f"matrix is not square: {n} rows but row {i} has "
-                          f"{len(row)} entries")
+            raise ck.fail(
+                where, f"matrix is not square: {n} rows but row {i} has {len(row)} entries"
+            )
     try:
         matrix = np.array(rows, dtype=float).reshape(n, n)
     except (TypeError, ValueError) as exc:
@@ -270,8 +334,9 @@ def _check_workers(ck: Checker, doc: Any, n: int) -> None:
         raise ck.fail("workers", f"says {doc['workers']} but the traffic matrix is {n}x{n}")
 
 
-def _from_matrix(ck: Checker, name: str, matrix: np.ndarray, where: str,
-                 extra: dict[str, Any]) -> Workload:
+def _from_matrix(
+    ck: Checker, name: str, matrix: np.ndarray, where: str, extra: dict[str, Any]
+) -> Workload:
     bad = np.argwhere(~np.isfinite(matrix))
     if len(bad):
         i, j = bad[0]
@@ -285,8 +350,9 @@ def _from_matrix(ck: Checker, name: str, matrix: np.ndarray, where: str,
     return Workload.from_matrix(name, matrix, **extra)
 
 
-def _traffic_file(ck: Checker, path: Path, workers: Any
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _traffic_file(
+    ck: Checker, path: Path, workers: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     where = f"traffic_file ({path})"
     if path.suffix == ".npy":
         try:
@@ -315,15 +381,17 @@ def _traffic_file(ck: Checker, path: Path, workers: Any
     try:
         matrix = np.loadtxt(io.StringIO(text), delimiter=",", ndmin=2)
     except ValueError as exc:
-        raise ck.fail(where, f"expected a square CSV matrix or a src,dst,gb edge list: {exc}") \
-            from exc
+        raise ck.fail(
+            where, f"expected a square CSV matrix or a src,dst,gb edge list: {exc}"
+        ) from exc
     if matrix.shape[0] != matrix.shape[1]:
         raise ck.fail(where, f"matrix is not square: shape {matrix.shape}")
     return _matrix_edges(ck, matrix, where, workers)
 
 
-def _matrix_edges(ck: Checker, matrix: np.ndarray, where: str, workers: Any
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def _matrix_edges(
+    ck: Checker, matrix: np.ndarray, where: str, workers: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     n = matrix.shape[0]
     if workers is not None and ck.integer(workers, "workers", minimum=1) != n:
         raise ck.fail("workers", f"says {workers} but the traffic matrix is {n}x{n}")
@@ -353,16 +421,21 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
             if s.prefill is not None:
                 serving["prefill"] = {"replicas": s.prefill.replicas, "tp": s.prefill.tp}
             serving["decode"] = {"replicas": s.decode.replicas, "tp": s.decode.tp}
-            serving.update(requests_per_s=_num(s.requests_per_s), prompt_tokens=s.prompt_tokens,
-                           output_tokens=s.output_tokens)
+            serving.update(
+                requests_per_s=_num(s.requests_per_s),
+                prompt_tokens=s.prompt_tokens,
+                output_tokens=s.output_tokens,
+            )
             if s.kv_bytes_per_token is not None:
                 serving["kv_bytes_per_token"] = _num(s.kv_bytes_per_token)
             doc["serving"] = serving
         doc["model"] = model
     else:
         doc["workers"] = workload.workers
-        doc["traffic"] = [{"src": int(a), "dst": int(b), "gb": float(g)}
-                          for a, b, g in zip(workload.src, workload.dst, workload.gb)]
+        doc["traffic"] = [
+            {"src": int(a), "dst": int(b), "gb": float(g)}
+            for a, b, g in zip(workload.src, workload.dst, workload.gb)
+        ]
     constraints: dict[str, Any] = {}
     if workload.gpu_models is not None:
         constraints["gpu_models"] = list(workload.gpu_models)

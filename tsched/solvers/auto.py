@@ -17,8 +17,9 @@ __all__ = ["auto"]
 
 
 @register("auto", description="choose a method by size and structure (records the choice)")
-def auto(problem: PlacementProblem, *, time_limit: float | None, seed: int,
-         options: dict[str, Any]) -> SolverOutput:
+def auto(
+    problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
+) -> SolverOutput:
     method = "greedy"
     why = "greedy construction + swap refinement (the only general method installed)"
     out = get_solver(method).fn(problem, time_limit=time_limit, seed=seed, options={})

@@ -35,15 +35,19 @@ __all__ = ["greedy", "local_search", "construct_cluster", "construct_dense"]
 _OPTIONS = {
     "refine": "run the swap refinement (default true)",
     "max_refine_locations": "largest number of locations the dense refinement handles "
-                            "(default 1536; larger problems keep the construction)",
+    "(default 1536; larger problems keep the construction)",
     "candidates": "domains tried per level (default 4)",
 }
 
 
-@register("greedy", description="topology-aware domain choice + traffic graph growing + swaps",
-          options=_OPTIONS)
-def greedy(problem: PlacementProblem, *, time_limit: float | None, seed: int,
-           options: dict[str, Any]) -> SolverOutput:
+@register(
+    "greedy",
+    description="topology-aware domain choice + traffic graph growing + swaps",
+    options=_OPTIONS,
+)
+def greedy(
+    problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
+) -> SolverOutput:
     start = time.perf_counter()
     deadline = start + time_limit if time_limit is not None else None
     stats: dict[str, Any] = {}
@@ -101,8 +105,9 @@ def _nodes_needed(cols: np.ndarray, chosen: np.ndarray, n: int) -> int:
     return int(np.searchsorted(np.cumsum(counts), n) + 1)
 
 
-def construct_cluster(problem: PlacementProblem, per_level: int = 4
-                      ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def construct_cluster(
+    problem: PlacementProblem, per_level: int = 4
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Best graph-growing assignment over candidate domains; returns (assignment, domain, info)."""
     n = problem.n_workers
     names, cols = domain_columns(problem)
@@ -206,8 +211,13 @@ def construct_dense(problem: PlacementProblem) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- refinement
-def local_search(problem: PlacementProblem, assignment: np.ndarray, extra: np.ndarray,
-                 deadline: float | None, max_passes: int = 50) -> tuple[np.ndarray, int]:
+def local_search(
+    problem: PlacementProblem,
+    assignment: np.ndarray,
+    extra: np.ndarray,
+    deadline: float | None,
+    max_passes: int = 50,
+) -> tuple[np.ndarray, int]:
     """Best-improvement pair exchange over the workers' locations plus ``extra`` free ones.
 
     Free locations enter as dummy workers with no traffic, so swapping with one moves a worker.

@@ -24,7 +24,7 @@ from tsched.errors import InputError, SolverError, SolverNotAvailableError
 from tsched.plan import PlacementResult, relative_gap
 from tsched.problem import PlacementProblem, check_assignment, objective
 
-__all__ = ["SolverInfo", "SolverOutput", "register", "get_solver", "solvers", "METHODS", "solve"]
+__all__ = ["SolverInfo", "SolverOutput", "register", "get_solver", "solvers", "solve"]
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +74,33 @@ class SolverInfo:
 _REGISTRY: dict[str, SolverInfo] = {}
 
 
-def register(name: str, *, description: str, exact: bool = False, provides_bound: bool = False,
-             supports_hint: bool = False, required_modules: tuple[str, ...] = (), extra: str = "",
-             options: Mapping[str, str] | None = None,
-             baseline: bool = False) -> Callable[[SolverFn], SolverFn]:
+def register(
+    name: str,
+    *,
+    description: str,
+    exact: bool = False,
+    provides_bound: bool = False,
+    supports_hint: bool = False,
+    required_modules: tuple[str, ...] = (),
+    extra: str = "",
+    options: Mapping[str, str] | None = None,
+    baseline: bool = False,
+) -> Callable[[SolverFn], SolverFn]:
     """Decorator: register ``fn`` as solver ``name``. ``options`` maps option keys to help."""
 
     def deco(fn: SolverFn) -> SolverFn:
-        _REGISTRY[name] = SolverInfo(name, fn, description, exact, provides_bound, supports_hint,
-                                     required_modules, extra, dict(options or {}), baseline)
+        _REGISTRY[name] = SolverInfo(
+            name,
+            fn,
+            description,
+            exact,
+            provides_bound,
+            supports_hint,
+            required_modules,
+            extra,
+            dict(options or {}),
+            baseline,
+        )
         return fn
 
     return deco
@@ -103,8 +121,9 @@ def get_solver(method: str) -> SolverInfo:
     """The solver called ``method``; :class:`InputError` listing the valid names otherwise."""
     table = solvers()
     if method not in table:
-        raise InputError(f"unknown method {method!r} (valid methods: {', '.join(table)}; "
-                         "e.g. method='greedy')")
+        raise InputError(
+            f"unknown method {method!r} (valid methods: {', '.join(table)}; e.g. method='greedy')"
+        )
     return table[method]
 
 
@@ -120,13 +139,20 @@ def validate_options(info: SolverInfo, options: Mapping[str, Any] | None) -> dic
     unknown = sorted(set(options) - set(info.options))
     if unknown:
         valid = ", ".join(sorted(info.options)) or "none"
-        raise InputError(f"method {info.name!r}: unknown option {unknown[0]!r} "
-                         f"(valid options: {valid})")
+        raise InputError(
+            f"method {info.name!r}: unknown option {unknown[0]!r} (valid options: {valid})"
+        )
     return options
 
 
-def solve(problem: PlacementProblem, *, method: str = "auto", time_limit: float | None = None,
-          seed: int | None = None, options: Mapping[str, Any] | None = None) -> PlacementResult:
+def solve(
+    problem: PlacementProblem,
+    *,
+    method: str = "auto",
+    time_limit: float | None = None,
+    seed: int | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> PlacementResult:
     """Solve a placement problem with the named method.
 
     Parameters
@@ -167,10 +193,16 @@ def solve(problem: PlacementProblem, *, method: str = "auto", time_limit: float 
     info = get_solver(method)
     opts = validate_options(info, options)
     if time_limit is not None:
-        if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) \
-                or not math.isfinite(time_limit) or time_limit <= 0:
-            raise InputError(f"time_limit: must be a positive number of seconds, "
-                             f"got {time_limit!r} (e.g. time_limit=10)")
+        if (
+            isinstance(time_limit, bool)
+            or not isinstance(time_limit, (int, float))
+            or not math.isfinite(time_limit)
+            or time_limit <= 0
+        ):
+            raise InputError(
+                f"time_limit: must be a positive number of seconds, "
+                f"got {time_limit!r} (e.g. time_limit=10)"
+            )
     if seed is None:
         seed = 0
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -180,13 +212,23 @@ def solve(problem: PlacementProblem, *, method: str = "auto", time_limit: float 
         missing = [m for m in info.required_modules if importlib.util.find_spec(m) is None]
         raise SolverNotAvailableError(
             f"method {method!r} needs {', '.join(missing)}; install it with "
-            f"pip install 'tsched[{info.extra or 'all'}]'")
+            f"pip install 'tsched[{info.extra or 'all'}]'"
+        )
 
     start = time.perf_counter()
     if not problem.feasible:
-        return PlacementResult("infeasible", None, None, None, None, method,
-                               time.perf_counter() - start, message=problem.infeasible_reason,
-                               seed=seed, problem=problem)
+        return PlacementResult(
+            "infeasible",
+            None,
+            None,
+            None,
+            None,
+            method,
+            time.perf_counter() - start,
+            message=problem.infeasible_reason,
+            seed=seed,
+            problem=problem,
+        )
     try:
         out = info.fn(problem, time_limit=time_limit, seed=seed, options=opts)
     except (InputError, SolverNotAvailableError, SolverError):
@@ -196,9 +238,20 @@ def solve(problem: PlacementProblem, *, method: str = "auto", time_limit: float 
     used = out.method or method
     if out.assignment is None:
         status = "infeasible" if out.proved_infeasible else "no_solution"
-        return PlacementResult(status, None, None, out.bound, None, used,
-                               time.perf_counter() - start, out.iterations, out.message,
-                               dict(out.stats), seed, problem)
+        return PlacementResult(
+            status,
+            None,
+            None,
+            out.bound,
+            None,
+            used,
+            time.perf_counter() - start,
+            out.iterations,
+            out.message,
+            dict(out.stats),
+            seed,
+            problem,
+        )
     try:
         assignment = check_assignment(problem, out.assignment)
     except InputError as exc:
@@ -216,12 +269,34 @@ def solve(problem: PlacementProblem, *, method: str = "auto", time_limit: float 
         bound = value if bound is None else max(bound, value - tol)
     if bound is not None and bound > value:
         bound = value
-    status = "optimal" if (out.proved_optimal or (bound is not None and value - bound <= tol)) \
+    status = (
+        "optimal"
+        if (out.proved_optimal or (bound is not None and value - bound <= tol))
         else "feasible"
+    )
     stats = dict(out.stats)
     stats.setdefault("bound_source", source if bound is not None else None)
     wall = time.perf_counter() - start
-    log.debug("%s on %s: %s objective=%g bound=%s in %.3fs", used, problem.name, status, value,
-              bound, wall)
-    return PlacementResult(status, assignment, value, bound, relative_gap(value, bound), used,
-                           wall, out.iterations, out.message, stats, seed, problem)
+    log.debug(
+        "%s on %s: %s objective=%g bound=%s in %.3fs",
+        used,
+        problem.name,
+        status,
+        value,
+        bound,
+        wall,
+    )
+    return PlacementResult(
+        status,
+        assignment,
+        value,
+        bound,
+        relative_gap(value, bound),
+        used,
+        wall,
+        out.iterations,
+        out.message,
+        stats,
+        seed,
+        problem,
+    )
