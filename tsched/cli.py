@@ -126,18 +126,9 @@ def cmd_qap(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc))
     else:
-        for key in (
-            "instance",
-            "n",
-            "status",
-            "objective",
-            "bound",
-            "gap",
-            "method",
-            "wall_time",
-            "seed",
-        ):
-            print(f"{key:10} {doc[key]}")
+        for key, value in doc.items():
+            if key not in ("tsched", "permutation"):
+                print(f"{key:10} {value}")
         if doc["permutation"] is not None:
             print(
                 f"{'permutation':10} {' '.join(str(p + 1) for p in doc['permutation'])}"
