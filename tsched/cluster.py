@@ -501,10 +501,15 @@ class Cluster:
         about a second to build. Solvers at that scale use :meth:`pair_seconds_per_gb` and the
         node-level tables instead.
         """
-        cost = np.concatenate([[0.0], self.link_seconds_per_gb]).astype(dtype)
-        node_cost = cost[self.node_link_index().astype(np.int64) + 1]
-        type_cost = cost[self.type_intra_link.astype(np.int64) + 1]
-        return self._expand(node_cost, type_cost, gpus)
+        key = f"node_cost_{np.dtype(dtype).name}"
+        tables = self._cache.get(key)
+        if tables is None:
+            cost = np.concatenate([[0.0], self.link_seconds_per_gb]).astype(dtype)
+            tables = self._cache[key] = (
+                _readonly(cost[self.node_link_index().astype(np.int64) + 1]),
+                _readonly(cost[self.type_intra_link.astype(np.int64) + 1]),
+            )
+        return self._expand(tables[0], tables[1], gpus)
 
     def meet_level_matrix(self, gpus: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         """(g, g) int8: 0 for GPUs on one node, ``k`` (1-based) for ``levels[k-1]``."""

@@ -1,34 +1,67 @@
 """Lower bounds on the placement objective.
 
 Every bound here is valid for any assignment of workers to *distinct* locations, so
-``bound <= objective`` always holds; a bound that meets a solution's objective proves it optimal.
+``bound <= objective`` always holds, and a bound that meets a solution's objective proves it
+optimal. :func:`best_bound` combines the applicable ones and caches the result on the problem.
+
+- :func:`basic_bound` — every edge at the cheapest link between two usable GPUs. O(edges).
+- :func:`gilmore_lawler_bound` — Gilmore–Lawler: for facility i on location k, the minimal scalar
+  product of i's flows with k's distances, then a linear assignment (scipy's
+  ``linear_sum_assignment``) over (i, k). Dense: O(n·m² + LAP).
+- :func:`profile_bound` — the Gilmore–Lawler row bound without the assignment step, computed from
+  the cluster's hierarchy (a location's sorted distances are runs of link classes whose lengths
+  are free-GPU counts), so it needs no dense matrix and scales to 16,384 GPUs.
+- :func:`spectral_bound` — for nested hierarchies with uniform nodes: the objective splits into
+  ``Σ traffic · d_intra + Σ_levels (d_next − d_level) · cut_level``, where ``cut_level`` is the
+  traffic between workers in different domains of that level; each cut is bounded below by the
+  Donath–Hoffman eigenvalue bound ``½ Σ_i size_i · λ_i(L)`` (L the Laplacian of the symmetrised
+  traffic, λ ascending, domain sizes descending). Exact for TP × DP × PP layouts, whose traffic
+  graphs are products of rings and paths.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import scipy.linalg
+from scipy.optimize import linear_sum_assignment
 
 from tsched.problem import PlacementProblem
 
-__all__ = ["basic_bound"]
+__all__ = [
+    "basic_bound",
+    "gilmore_lawler_bound",
+    "profile_bound",
+    "spectral_bound",
+    "best_bound",
+    "min_scalar_products",
+]
+
+#: Largest n·m for which the dense Gilmore–Lawler bound is computed by default.
+GL_DENSE_LIMIT = 4_000_000
+#: Largest worker count for which the spectral bound computes eigenvalues by default.
+SPECTRAL_LIMIT = 4096
+
+
+def _nonnegative(problem: PlacementProblem) -> bool:
+    return not np.any(problem.gb < 0)
 
 
 def basic_bound(problem: PlacementProblem) -> float | None:
     """Every traffic edge costs at least the smallest distance between two distinct locations.
 
-    For a square raw QAP the bound is also taken with the two matrices' roles swapped, and the
-    larger one kept.
-
-    ``Σ_e gb_e · d_min + Σ_i min_k C[i, k]`` (C the linear term of raw QAPs). Valid when all
-    traffic is non-negative; returns None otherwise. O(edges) after ``d_min`` is known, and
-    ``d_min`` is read from the cluster's link classes without a dense matrix.
+    ``Σ_e gb_e · d_min + Σ_i min_k C[i, k]`` (C the linear term of raw QAPs). For a square raw QAP
+    the bound is also taken with the two matrices' roles swapped, and the larger one kept. Valid
+    when all traffic is non-negative; returns None otherwise. O(edges) once ``d_min`` is known,
+    and ``d_min`` is read from the cluster's link classes without a dense matrix.
 
     It is tight when the whole job fits in one uniform domain (one NVSwitch node, say): a plan
     that keeps every pair on the cheapest link is then reported ``optimal``.
     """
     if problem.n_locations < problem.n_workers or problem.n_workers == 0:
         return None
-    if np.any(problem.gb < 0):
+    if not _nonnegative(problem):
         return None
     pairs = float(problem.gb.sum()) * problem.min_pair_distance() if problem.n_edges else 0.0
     d = problem.given_distance
@@ -38,7 +71,252 @@ def basic_bound(problem: PlacementProblem) -> float | None:
         off = ~np.eye(problem.n_workers, dtype=bool)
         if np.all(d[off] >= 0):
             pairs = max(pairs, float(d[off].sum()) * float(problem.flow_dense()[off].min()))
-    total = pairs
-    if problem.linear is not None:
-        total += float(problem.linear.min(axis=1).sum())
-    return total
+    return pairs + _linear_floor(problem)
+
+
+def _linear_floor(problem: PlacementProblem) -> float:
+    if problem.linear is None:
+        return 0.0
+    return float(problem.linear.min(axis=1).sum())
+
+
+def min_scalar_products(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
+    """``out[i, k]`` = min over injections of Σ_t a_i(t) · b_k(π(t)) for non-negative a.
+
+    ``rows_a`` (n, r) and ``rows_b`` (m, s) with r ≤ s: sort a descending, b ascending, keep the
+    r smallest b values, and take the dot product (rearrangement inequality). O((n + m)·s log s +
+    n·m·r).
+    """
+    a = -np.sort(-rows_a, axis=1)
+    b = np.sort(rows_b, axis=1)[:, : rows_a.shape[1]]
+    return a @ b.T
+
+
+def _off_diagonal_rows(matrix: np.ndarray) -> np.ndarray:
+    n = matrix.shape[0]
+    mask = ~np.eye(n, dtype=bool)
+    return matrix[mask].reshape(n, n - 1)
+
+
+def gilmore_lawler_bound(problem: PlacementProblem) -> float | None:
+    """Gilmore–Lawler bound (rows and columns; for square QAPs also with roles swapped).
+
+    ``L[i, k] = min scalar product(F[i, ≠i], D[k, ≠k]) + C[i, k]``; the bound is the linear
+    assignment optimum of L. Needs non-negative flows; uses the dense distance matrix.
+    """
+    n, m = problem.n_workers, problem.n_locations
+    if n > m or n == 0 or not _nonnegative(problem):
+        return None
+    if n == 1:
+        return _linear_floor(problem)
+    f = problem.flow_dense()
+    d = problem.distance()
+    best = -np.inf
+    pairs = [(f, d, False), (f.T, d.T, False)]
+    if n == m and problem.given_distance is not None and np.all(d >= 0):
+        pairs += [(d, f, True), (d.T, f.T, True)]  # roles swapped: valid for square QAPs
+    for a, b, swapped in pairs:
+        lap = min_scalar_products(_off_diagonal_rows(a), _off_diagonal_rows(b))
+        if problem.linear is not None:
+            lap = lap + (problem.linear.T if swapped else problem.linear)
+        rows, cols = linear_sum_assignment(lap)
+        best = max(best, float(lap[rows, cols].sum()))
+    return best
+
+
+def _location_profiles(problem: PlacementProblem, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ascending distance profiles (first ``depth`` entries) of the usable locations.
+
+    Returns (profiles (P, depth), count of locations per profile). A location's distances to the
+    other usable locations are: its node's intra row over the other free GPUs of its node, then
+    each level's cost repeated (free GPUs in its domain at that level − in the one below), then
+    the last level for everyone else.
+    """
+    cl = problem.cluster
+    assert cl is not None
+    locs = problem.locations
+    nodes = cl.gpu_node[locs]
+    node_free = np.bincount(nodes, minlength=cl.n_nodes)
+    level_free = [
+        np.bincount(cl.node_group[:, k], weights=node_free)[cl.node_group[:, k]]
+        for k in range(len(cl.levels))
+    ]
+    keys: dict[tuple[Any, ...], list[int]] = {}
+    starts = np.r_[0, np.flatnonzero(np.diff(nodes)) + 1, len(nodes)]
+    for lo, hi in zip(starts[:-1], starts[1:]):  # locations are in global order: nodes contiguous
+        node = int(nodes[lo])
+        mates = locs[lo:hi]
+        block = cl.distance_matrix(mates)
+        counts = tuple(int(level_free[k][node]) for k in range(len(cl.levels)))
+        for r in range(hi - lo):
+            intra = tuple(np.sort(np.delete(block[r], r)).tolist())
+            keys.setdefault((intra, counts), []).append(lo + r)
+    level_cost = cl.link_seconds_per_gb[cl.level_link.astype(np.int64)] if cl.levels else []
+    m = problem.n_locations
+    profiles = np.empty((len(keys), depth))
+    multiplicity = np.empty(len(keys), dtype=np.int64)
+    for p, ((intra, counts), members) in enumerate(keys.items()):
+        runs = [(v, 1) for v in intra]  # (distance, how many locations at that distance)
+        below = len(intra) + 1
+        for k, count in enumerate(counts):
+            runs.append((level_cost[k], int(count - below)))
+            below = count
+        if len(level_cost):
+            runs.append((level_cost[-1], m - below))
+        values: list[float] = []
+        for value, count in sorted(runs):
+            values += [value] * min(count, depth - len(values))
+            if len(values) >= depth:
+                break
+        profiles[p] = values
+        multiplicity[p] = len(members)
+    return profiles, multiplicity
+
+
+def profile_bound(problem: PlacementProblem) -> float | None:
+    """½ Σ_i min over location profiles of the minimal scalar product of i's traffic and distances.
+
+    Uses the symmetrised traffic T = F + Fᵀ (cluster distances are symmetric), so
+    objective = ½ Σ_i Σ_j T[i, j]·d(p_i, p_j) ≥ ½ Σ_i min_k msp(T[i], d_k). No dense matrices:
+    O(E log E + n·P·deg) with P distinct location profiles.
+    """
+    cl = problem.cluster
+    n = problem.n_workers
+    if cl is None or n > problem.n_locations or n < 2 or not _nonnegative(problem):
+        return None
+    sym = (problem.flow_csr() + problem.flow_csr().T).tocsr()
+    degree = np.diff(sym.indptr)
+    depth = int(degree.max()) if len(degree) else 0
+    if depth == 0:
+        return 0.0
+    rows = np.zeros((n, depth))
+    for i in range(n):
+        vals = sym.data[sym.indptr[i] : sym.indptr[i + 1]]
+        rows[i, : len(vals)] = np.sort(vals)[::-1]
+    profiles, _ = _location_profiles(problem, depth)
+    per_worker = (rows @ profiles.T).min(axis=1)
+    return 0.5 * float(per_worker.sum())
+
+
+def _nested(cl: Any) -> bool:
+    """True when each level's group is determined by the group one level below.
+
+    The last level is left out: pairs that reach it pay its cost whatever their groups there.
+    """
+    groups = cl.node_group[:, :-1]
+    for k in range(1, groups.shape[1]):
+        pairs = np.unique(groups[:, k - 1 : k + 1], axis=0)
+        if len(np.unique(pairs[:, 0])) != len(pairs):
+            return False
+    return True
+
+
+def spectral_bound(
+    problem: PlacementProblem, eigenvalues: np.ndarray | None = None
+) -> float | None:
+    """Hierarchical cut bound with Donath–Hoffman eigenvalue bounds on each level's cut.
+
+    Cost of a pair meeting at level ℓ (0 = same node) is at least ``e_ℓ``, the running minimum of
+    ``(d_intra_min, d_level1, …, d_top)`` from the top, so
+    ``objective ≥ e_0·W + Σ_ℓ (e_{ℓ+1} − e_ℓ)·cut_ℓ`` with W the total traffic. ``cut_ℓ`` counts
+    pairs in different domains at level ℓ; for any partition into parts of sizes s (descending),
+    ``cut ≥ ½ Σ_i s_i λ_i`` (λ ascending eigenvalues of the traffic Laplacian). Sizes are bounded
+    by the free GPUs per domain, filled largest first, which minimises the bound over all
+    feasible partitions. Requires a nested hierarchy; None otherwise or for more than
+    :data:`SPECTRAL_LIMIT` workers (unless ``eigenvalues`` are given).
+    """
+    cl = problem.cluster
+    n = problem.n_workers
+    if cl is None or n > problem.n_locations or n < 2 or not _nonnegative(problem):
+        return None
+    if not _nested(cl):
+        return None
+    locs = problem.locations
+    nodes = cl.gpu_node[locs]
+    node_free = np.bincount(nodes, minlength=cl.n_nodes)
+    # cheapest intra-node distance among usable pairs
+    d0 = np.inf
+    for node in np.flatnonzero(node_free > 1):
+        mates = locs[nodes == node]
+        a, b = np.meshgrid(mates, mates)
+        off = a != b
+        d0 = min(d0, float(cl.pair_seconds_per_gb(a[off], b[off]).min()))
+    level_cost = [float(c) for c in cl.link_seconds_per_gb[cl.level_link.astype(np.int64)]]
+    if not level_cost:
+        return None  # a single node: basic_bound is exact for uniform nodes
+    seq = np.array([d0 if np.isfinite(d0) else level_cost[0], *level_cost])
+    e = np.minimum.accumulate(seq[::-1])[::-1]
+    total = float(problem.gb.sum())
+    bound = e[0] * total
+    sizes_by_level = [node_free[node_free > 0]]
+    for k in range(len(cl.levels) - 1):
+        sizes_by_level.append(np.bincount(cl.node_group[:, k], weights=node_free))
+    if eigenvalues is None:
+        if n > SPECTRAL_LIMIT:
+            return None
+        eigenvalues = _laplacian_eigenvalues(
+            problem, max(_parts_needed(s, n) for s in sizes_by_level)
+        )
+    for k, sizes in enumerate(sizes_by_level):
+        step = e[k + 1] - e[k]
+        if step <= 0:
+            continue
+        fill = _greedy_fill(sizes, n)
+        lam = eigenvalues[: len(fill)]
+        bound += step * 0.5 * float(np.dot(fill, lam))
+    return bound
+
+
+def _parts_needed(sizes: np.ndarray, n: int) -> int:
+    return len(_greedy_fill(sizes, n))
+
+
+def _greedy_fill(sizes: np.ndarray, n: int) -> np.ndarray:
+    """Part sizes that fill the largest capacities first until ``n`` workers are placed."""
+    caps = np.sort(np.asarray(sizes, dtype=float)[np.asarray(sizes) > 0])[::-1]
+    cum = np.cumsum(caps)
+    k = int(np.searchsorted(cum, n) + 1)
+    fill = caps[:k].copy()
+    fill[-1] -= cum[k - 1] - n
+    return fill
+
+
+def _laplacian_eigenvalues(problem: PlacementProblem, count: int) -> np.ndarray:
+    """The ``count`` smallest eigenvalues of the symmetrised traffic Laplacian, made safe.
+
+    Each is lowered by a bound on its floating-point error and clipped at 0, so the bound built
+    from them stays valid.
+    """
+    cached = problem._cache.get("laplacian_eigenvalues")
+    if cached is not None and len(cached) >= count:
+        return cached
+    sym = problem.flow_csr() + problem.flow_csr().T
+    dense = sym.toarray()
+    lap = np.diag(dense.sum(axis=1)) - dense
+    n = lap.shape[0]
+    count = min(count, n)
+    values = scipy.linalg.eigh(lap, eigvals_only=True, subset_by_index=[0, count - 1])
+    norm = float(np.abs(lap).sum(axis=1).max()) if n else 0.0
+    values = np.maximum(values - 64 * n * np.finfo(float).eps * norm, 0.0)
+    problem._cache["laplacian_eigenvalues"] = values
+    return values
+
+
+def best_bound(problem: PlacementProblem) -> tuple[float | None, str | None]:
+    """The largest applicable bound and its name; cached on the problem."""
+    cached = problem._cache.get("best_bound")
+    if cached is not None:
+        return cached
+    candidates: list[tuple[float | None, str]] = [(basic_bound(problem), "basic")]
+    n, m = problem.n_workers, problem.n_locations
+    if problem.cluster is None or n * m <= GL_DENSE_LIMIT and m <= 3000:
+        candidates.append((gilmore_lawler_bound(problem), "gilmore-lawler"))
+    if problem.cluster is not None:
+        candidates.append((profile_bound(problem), "profile"))
+        candidates.append((spectral_bound(problem), "spectral"))
+    value, name = None, None
+    for bound, label in candidates:
+        if bound is not None and (value is None or bound > value):
+            value, name = bound, label
+    problem._cache["best_bound"] = (value, name)
+    return value, name

@@ -257,9 +257,9 @@ def solve(
     except InputError as exc:
         raise SolverError(f"method {used!r} returned an invalid assignment: {exc}") from exc
     value = objective(problem, assignment)
-    from tsched.solvers.bounds import basic_bound
+    from tsched.solvers.bounds import best_bound
 
-    bound, source = basic_bound(problem), "basic"
+    bound, source = best_bound(problem)
     if out.bound is not None and (bound is None or out.bound > bound):
         bound, source = float(out.bound), used
     tol = OPTIMALITY_TOLERANCE * max(1.0, abs(value))

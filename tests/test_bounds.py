@@ -1,0 +1,131 @@
+"""Every lower bound must stay at or below the true optimum (brute force on small instances)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import brute_force
+from tsched.cluster import Cluster, LinkClass, Node, NodeType
+from tsched.problem import PlacementProblem
+from tsched.solvers.bounds import (
+    basic_bound,
+    best_bound,
+    gilmore_lawler_bound,
+    profile_bound,
+    spectral_bound,
+)
+from tsched.workload import Layout, ModelSpec, Workload
+
+PCIE = (("X", "PIX", "SYS"), ("PIX", "X", "SYS"), ("SYS", "SYS", "X"))
+
+
+@st.composite
+def cluster_problems(draw):
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    bw = {
+        "nv": float(rng.choice([100, 400])),
+        "PIX": float(rng.choice([20, 30])),
+        "SYS": 10.0,
+        "leaf": float(rng.choice([5, 50])),  # sometimes faster than the intra-node link
+        "spine": float(rng.choice([2, 20])),
+    }
+    links = {k: LinkClass(k, v) for k, v in bw.items()}
+    types = {"a": NodeType("a", 2, intra="nv"), "p": NodeType("p", 3, intra_matrix=PCIE)}
+    nodes = []
+    for i in range(draw(st.integers(2, 4))):
+        kind = "p" if rng.random() < 0.3 else "a"
+        gpus = 3 if kind == "p" else 2
+        busy = tuple(int(b) for b in np.flatnonzero(rng.random(gpus) < 0.25))
+        nodes.append(Node(f"n{i}", kind, {"leaf": f"l{i // 2}", "spine": "s"}, busy))
+    cluster = Cluster("rand", links, ("leaf", "spine"), types, tuple(nodes))
+    free = int(cluster.free_mask().sum())
+    n = draw(st.integers(2, max(2, min(free, 6))))
+    f = rng.random((n, n)) * (rng.random((n, n)) < 0.6)
+    np.fill_diagonal(f, 0)
+    return PlacementProblem.build(cluster, Workload.from_matrix("w", f))
+
+
+@given(cluster_problems())
+@settings(max_examples=80, deadline=None)
+def test_cluster_bounds_never_exceed_the_optimum(problem) -> None:
+    if not problem.feasible:
+        return
+    optimum, _ = brute_force(problem)
+    tol = 1e-9 * max(1.0, optimum)
+    for bound in (basic_bound, gilmore_lawler_bound, profile_bound, spectral_bound):
+        value = bound(problem)
+        if value is not None:
+            assert value <= optimum + tol, bound.__name__
+    assert best_bound(problem)[0] <= optimum + tol
+
+
+@st.composite
+def qap_problems(draw):
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    n = draw(st.integers(2, 6))
+    m = draw(st.integers(n, n + 2))
+    f = rng.integers(0, 9, (n, n))
+    d = rng.integers(0, 9, (m, m))
+    return PlacementProblem.from_qap(f, d)
+
+
+@given(qap_problems())
+@settings(max_examples=80, deadline=None)
+def test_gilmore_lawler_on_raw_qaps(problem) -> None:
+    optimum, _ = brute_force(problem)
+    value = gilmore_lawler_bound(problem)
+    assert value is not None and value <= optimum + 1e-9
+    assert value >= basic_bound(problem) - 1e-9 or problem.linear is not None
+
+
+def _uniform_fabric(nodes: int, per_leaf: int) -> Cluster:
+    links = {
+        "nv": LinkClass("nv", 450),
+        "leaf": LinkClass("leaf", 50),
+        "spine": LinkClass("spine", 25),
+    }
+    types = {"dgx": NodeType("dgx", 8, intra="nv")}
+    return Cluster(
+        "fab",
+        links,
+        ("leaf", "spine"),
+        types,
+        tuple(Node(f"n{i}", "dgx", {"leaf": f"l{i // per_leaf}"}) for i in range(nodes)),
+    )
+
+
+@pytest.mark.parametrize(("layout", "nodes"), [((8, 4, 4), 16), ((8, 2, 4), 8), ((8, 2, 2), 4)])
+def test_spectral_bound_is_tight_for_product_layouts(layout, nodes) -> None:
+    import tsched
+
+    tp, pp, dp = layout
+    w = Workload.from_layout(
+        "j",
+        Layout(tp=tp, pp=pp, dp=dp),
+        ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8),
+    )
+    problem = PlacementProblem.build(_uniform_fabric(nodes, 4), w)
+    result = tsched.solve(problem, method="greedy")
+    assert result.status == "optimal" and result.stats["bound_source"] == "spectral"
+    assert result.gap < 1e-9
+
+
+def test_spectral_bound_needs_a_nested_hierarchy() -> None:
+    links = {
+        "nv": LinkClass("nv", 450),
+        "leaf": LinkClass("leaf", 50),
+        "spine": LinkClass("spine", 25),
+        "core": LinkClass("core", 10),
+    }
+    types = {"dgx": NodeType("dgx", 2, intra="nv")}
+    nodes = (
+        Node("a", "dgx", {"leaf": "l0", "spine": "s0"}),
+        Node("b", "dgx", {"leaf": "l0", "spine": "s1"}),
+    )  # one leaf under two spines
+    c = Cluster("odd", links, ("leaf", "spine", "core"), types, nodes)
+    p = PlacementProblem.build(c, Workload.from_edges("w", 3, [(0, 1, 1.0), (1, 2, 1.0)]))
+    assert spectral_bound(p) is None and profile_bound(p) is not None
