@@ -29,7 +29,12 @@ __all__ = ["SolverInfo", "SolverOutput", "register", "get_solver", "solvers", "s
 log = logging.getLogger(__name__)
 
 #: Modules that register built-in solvers when imported.
-_BUILTIN_MODULES = ("tsched.solvers.baselines", "tsched.solvers.greedy", "tsched.solvers.auto")
+_BUILTIN_MODULES = (
+    "tsched.solvers.baselines",
+    "tsched.solvers.greedy",
+    "tsched.solvers.bnb",
+    "tsched.solvers.auto",
+)
 #: Relative tolerance under which a bound is taken to meet the objective.
 OPTIMALITY_TOLERANCE = 1e-9
 
