@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import QAPLIB, brute_force
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
 import tsched
-from conftest import QAPLIB, brute_force
 from tsched.formats.qaplib import read_dat
 from tsched.problem import PlacementProblem
 from tsched.solvers import _bnb_kernel as kernel
@@ -43,8 +43,9 @@ def test_kernel_equals_reference_and_brute_force(n, extra, seed) -> None:
     assert result.bound == pytest.approx(optimum)
 
 
-@pytest.mark.parametrize(("name", "optimum"), [("nug12", 578), ("chr12a", 9552),
-                                               ("had12", 1652), ("scr12", 31410)])
+@pytest.mark.parametrize(
+    ("name", "optimum"), [("nug12", 578), ("chr12a", 9552), ("had12", 1652), ("scr12", 31410)]
+)
 def test_qaplib_proved(name: str, optimum: int) -> None:
     inst = read_dat(QAPLIB / "instances" / f"{name}.dat")
     result = tsched.solve_qap(inst.flow, inst.distance, method="bnb", time_limit=120)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import brute_force
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import brute_force
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds import (

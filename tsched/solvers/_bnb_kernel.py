@@ -171,8 +171,23 @@ def add_linear(flow, dist, lin, i, k, sign):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def search(flow, dist, linear, order, best_perm, best_value, integral, state_perm, state_used,
-           lin, cand, ncand, ptr, depth_arr, node_budget):  # pragma: no cover - compiled
+def search(
+    flow,
+    dist,
+    linear,
+    order,
+    best_perm,
+    best_value,
+    integral,
+    state_perm,
+    state_used,
+    lin,
+    cand,
+    ncand,
+    ptr,
+    depth_arr,
+    node_budget,
+):  # pragma: no cover - compiled
     """Run the depth-first search for at most ``node_budget`` nodes.
 
     The search state (``state_perm``, ``state_used``, ``lin``, ``cand``, ``ncand``, ``ptr``,
@@ -198,7 +213,8 @@ def search(flow, dist, linear, order, best_perm, best_value, integral, state_per
                 ncand[depth] = 0
             else:
                 bound, lap, rows, cols, row_to_col, u, v, fixed = node_bound(
-                    flow, dist, linear, order, depth, state_perm, state_used, lin)
+                    flow, dist, linear, order, depth, state_perm, state_used, lin
+                )
                 if depth == 0:
                     root = bound
                 # the LAP solution completes the partial assignment: try it as an incumbent

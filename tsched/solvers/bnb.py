@@ -43,29 +43,43 @@ def _dense(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return flow, dist, linear
 
 
-@register("bnb", exact=True, provides_bound=True, supports_hint=True,
-          description="branch and bound with Gilmore-Lawler bounds (numba kernel), small QAPs",
-          options={"hint": "a starting assignment (array of locations) to use as incumbent",
-                   "node_budget": f"nodes per kernel call between time checks "
-                                  f"(default {NODE_BUDGET})"})
-def bnb(problem: PlacementProblem, *, time_limit: float | None, seed: int,
-        options: dict[str, Any]) -> SolverOutput:
+@register(
+    "bnb",
+    exact=True,
+    provides_bound=True,
+    supports_hint=True,
+    description="branch and bound with Gilmore-Lawler bounds (numba kernel), small QAPs",
+    options={
+        "hint": "a starting assignment (array of locations) to use as incumbent",
+        "node_budget": f"nodes per kernel call between time checks (default {NODE_BUDGET})",
+    },
+)
+def bnb(
+    problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
+) -> SolverOutput:
     start = time.perf_counter()
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
     flow, dist, linear = _dense(problem)
     n, m = flow.shape[0], dist.shape[0]
     if m > n and np.any(flow < 0):
-        return SolverOutput(None, message="bnb: negative flows need as many locations as "
-                                          "facilities (the bound's rearrangement step)")
+        return SolverOutput(
+            None,
+            message="bnb: negative flows need as many locations as "
+            "facilities (the bound's rearrangement step)",
+        )
     hint = options.get("hint")
     if hint is None:
-        greedy = get_solver("greedy").fn(problem, time_limit=max(0.05, limit / 10), seed=seed,
-                                         options={})
+        greedy = get_solver("greedy").fn(
+            problem, time_limit=max(0.05, limit / 10), seed=seed, options={}
+        )
         hint = greedy.assignment
     best_perm = np.asarray(hint, dtype=np.int64).copy()
     best_value = float(kernel.full_cost(flow, dist, linear, best_perm))
-    integral = bool(np.all(flow == np.round(flow)) and np.all(dist == np.round(dist))
-                    and np.all(linear == np.round(linear)))
+    integral = bool(
+        np.all(flow == np.round(flow))
+        and np.all(dist == np.round(dist))
+        and np.all(linear == np.round(linear))
+    )
     order = np.argsort(-(flow.sum(axis=0) + flow.sum(axis=1)), kind="stable").astype(np.int64)
     state_perm = np.full(n, -1, dtype=np.int64)
     state_used = np.zeros(m, dtype=np.bool_)
@@ -81,8 +95,22 @@ def bnb(problem: PlacementProblem, *, time_limit: float | None, seed: int,
     while depth[0] >= 0:
         tick = time.perf_counter()
         best_value, explored, root = kernel.search(
-            flow, dist, linear, order, best_perm, best_value, integral, state_perm, state_used,
-            lin, cand, ncand, ptr, depth, budget)
+            flow,
+            dist,
+            linear,
+            order,
+            best_perm,
+            best_value,
+            integral,
+            state_perm,
+            state_used,
+            lin,
+            cand,
+            ncand,
+            ptr,
+            depth,
+            budget,
+        )
         now = time.perf_counter()
         nodes += explored
         root_bound = max(root_bound, root)
@@ -92,13 +120,25 @@ def bnb(problem: PlacementProblem, *, time_limit: float | None, seed: int,
         per_node = (now - tick) / max(explored, 1)
         budget = int(min(max_budget, max(16, 0.5 * left / max(per_node, 1e-9))))
     proved = bool(depth[0] < 0)
-    stats = {"nodes": nodes, "kernel": "numba" if kernel.HAVE_NUMBA else "python",
-             "root_bound": None if not np.isfinite(root_bound) else float(root_bound)}
-    message = (f"bnb: proved optimal after {nodes} nodes" if proved else
-               f"bnb: stopped by the time limit ({limit:g} s) after {nodes} nodes")
+    stats = {
+        "nodes": nodes,
+        "kernel": "numba" if kernel.HAVE_NUMBA else "python",
+        "root_bound": None if not np.isfinite(root_bound) else float(root_bound),
+    }
+    message = (
+        f"bnb: proved optimal after {nodes} nodes"
+        if proved
+        else f"bnb: stopped by the time limit ({limit:g} s) after {nodes} nodes"
+    )
     bound = best_value if proved else (float(root_bound) if np.isfinite(root_bound) else None)
-    return SolverOutput(best_perm, bound=bound, proved_optimal=proved, iterations=nodes,
-                        message=message, stats=stats)
+    return SolverOutput(
+        best_perm,
+        bound=bound,
+        proved_optimal=proved,
+        iterations=nodes,
+        message=message,
+        stats=stats,
+    )
 
 
 def reference_branch_and_bound(problem: PlacementProblem) -> tuple[float, np.ndarray]:
@@ -114,11 +154,12 @@ def reference_branch_and_bound(problem: PlacementProblem) -> tuple[float, np.nda
         placed = np.flatnonzero(perm >= 0)
         rest = np.flatnonzero(perm < 0)
         fixed = float(linear[placed, perm[placed]].sum())
-        fixed += float((flow[np.ix_(placed, placed)] * dist[np.ix_(perm[placed],
-                                                                    perm[placed])]).sum())
+        fixed += float(
+            (flow[np.ix_(placed, placed)] * dist[np.ix_(perm[placed], perm[placed])]).sum()
+        )
         lin = linear[np.ix_(rest, free)].copy()
         lin += flow[np.ix_(rest, placed)] @ dist[np.ix_(free, perm[placed])].T
-        lin += (flow[np.ix_(placed, rest)].T @ dist[np.ix_(perm[placed], free)])
+        lin += flow[np.ix_(placed, rest)].T @ dist[np.ix_(perm[placed], free)]
         if len(rest) > 1:
             fr = flow[np.ix_(rest, rest)]
             dr = dist[np.ix_(free, free)]

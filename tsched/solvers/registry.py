@@ -33,10 +33,12 @@ _BUILTIN_MODULES = (
     "tsched.solvers.baselines",
     "tsched.solvers.greedy",
     "tsched.solvers.bnb",
+    "tsched.solvers.cpsat",
     "tsched.solvers.auto",
 )
-#: Relative tolerance under which a bound is taken to meet the objective.
-OPTIMALITY_TOLERANCE = 1e-9
+#: Relative gap under which a bound is taken to meet the objective (float costs are scaled to
+#: integers by CP-SAT and MILP backends, so proofs hold up to this tolerance).
+OPTIMALITY_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,13 +269,13 @@ def solve(
     bound, source = best_bound(problem)
     if out.bound is not None and (bound is None or out.bound > bound):
         bound, source = float(out.bound), used
-    tol = OPTIMALITY_TOLERANCE * max(1.0, abs(value))
-    if bound is not None and bound > value + tol:
+    if bound is not None and bound > value + 1e-9 * max(1.0, abs(value)):
         raise SolverError(f"method {used!r}: lower bound {bound!r} exceeds objective {value!r}")
-    if out.proved_optimal:
-        bound = value if bound is None else max(bound, value - tol)
-    if bound is not None and bound > value:
+    if bound is not None:
+        bound = min(bound, value)
+    elif out.proved_optimal:
         bound = value
+    tol = OPTIMALITY_TOLERANCE * max(1.0, abs(value))
     status = (
         "optimal"
         if (out.proved_optimal or (bound is not None and value - bound <= tol))

@@ -1,0 +1,104 @@
+"""The hierarchical view of a cluster problem shared by the CP-SAT and MILP models.
+
+When every usable node has one intra-node link cost and the hierarchy is nested with costs that
+grow level by level, GPUs of a node are interchangeable and the objective depends only on which
+*node* each worker uses:
+
+    cost(i, j) = d_top − Σ_ℓ Δ_ℓ · [i and j share a level-ℓ domain]        (ℓ = node, level1, …)
+
+with Δ_node = d_level1 − d_intra and Δ_ℓ = d_{ℓ+1} − d_ℓ ≥ 0. So a placement is "worker → node",
+and its cost is a constant minus the *savings* of the pairs that share domains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tsched.problem import PlacementProblem
+
+__all__ = ["HierarchicalView", "hierarchical_view", "assignment_from_nodes"]
+
+
+@dataclass(frozen=True)
+class HierarchicalView:
+    """Nodes with free GPUs, their domains, capacities, and per-level savings."""
+
+    nodes: np.ndarray  # cluster node index per model node
+    capacity: np.ndarray  # free usable GPUs per model node
+    groups: np.ndarray  # (model nodes, levels used) domain ids, relabelled 0..
+    step: np.ndarray  # saving per unit traffic at each level: [node, level1, …]
+    top: float  # distance at the top level (pairs that share nothing)
+    pairs: np.ndarray  # (E, 2) worker pairs i < j with traffic
+    weight: np.ndarray  # symmetrised traffic per pair (GB)
+
+    @property
+    def constant(self) -> float:
+        """Objective if no pair shared any domain."""
+        return float(self.top * self.weight.sum())
+
+    def cost(self, node_of_worker: np.ndarray) -> float:
+        """Objective of a worker → model-node assignment."""
+        a, b = node_of_worker[self.pairs[:, 0]], node_of_worker[self.pairs[:, 1]]
+        saving = self.step[0] * (a == b)
+        for k in range(self.groups.shape[1]):
+            g = self.groups[:, k]
+            saving = saving + self.step[k + 1] * (g[a] == g[b])
+        return self.constant - float(np.dot(self.weight, saving))
+
+
+def hierarchical_view(problem: PlacementProblem) -> tuple[HierarchicalView | None, str]:
+    """The hierarchical view, or None and the reason it does not apply."""
+    cl = problem.cluster
+    if cl is None:
+        return None, "no cluster hierarchy (raw QAP)"
+    locs = problem.locations
+    node_of_loc = cl.gpu_node[locs]
+    nodes, capacity = np.unique(node_of_loc, return_counts=True)
+    intra = set()
+    for node, count in zip(nodes, capacity):
+        if count > 1:
+            mates = locs[node_of_loc == node]
+            a, b = np.meshgrid(mates, mates)
+            off = a != b
+            values = np.unique(np.round(cl.pair_seconds_per_gb(a[off], b[off]), 15))
+            intra.update(values.tolist())
+    if len(intra) > 1:
+        return None, "usable nodes differ in intra-node link cost (GPUs not interchangeable)"
+    level_cost = [float(c) for c in cl.link_seconds_per_gb[cl.level_link.astype(np.int64)]]
+    if not level_cost:
+        if len(nodes) > 1:
+            return None, "no network levels"
+        level_cost = [max(intra) if intra else 0.0]
+    d_intra = min(intra) if intra else level_cost[0]
+    costs = [d_intra, *level_cost]
+    if any(b < a - 1e-15 for a, b in zip(costs, costs[1:])):
+        return None, "link costs do not grow with the level"
+    groups = cl.node_group[nodes][:, : max(len(cl.levels) - 1, 0)]
+    for k in range(1, groups.shape[1]):
+        pairs = np.unique(groups[:, k - 1 : k + 1], axis=0)
+        if len(np.unique(pairs[:, 0])) != len(pairs):
+            return None, "hierarchy is not nested"
+    relabelled = np.empty_like(groups)
+    for k in range(groups.shape[1]):
+        relabelled[:, k] = np.unique(groups[:, k], return_inverse=True)[1]
+    sym = (problem.flow_csr() + problem.flow_csr().T).tocoo()
+    keep = sym.row < sym.col
+    pairs = np.stack([sym.row[keep], sym.col[keep]], axis=1).astype(np.int64)
+    weight = sym.data[keep].astype(float)
+    step = np.diff(np.asarray(costs))[: groups.shape[1] + 1]
+    view = HierarchicalView(nodes, capacity, relabelled, step, costs[-1], pairs, weight)
+    return view, "ok"
+
+
+def assignment_from_nodes(
+    problem: PlacementProblem, view: HierarchicalView, node_of_worker: np.ndarray
+) -> np.ndarray:
+    """Location indices for a worker → model-node assignment (free GPUs of a node in order)."""
+    node_of_loc = problem.cluster.gpu_node[problem.locations]  # type: ignore[union-attr]
+    slots = {int(n): list(np.flatnonzero(node_of_loc == n)) for n in view.nodes}
+    out = np.empty(problem.n_workers, dtype=np.int64)
+    for w, k in enumerate(node_of_worker):
+        out[w] = slots[int(view.nodes[k])].pop(0)
+    return out

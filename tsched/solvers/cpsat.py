@@ -1,0 +1,371 @@
+"""OR-Tools CP-SAT models (``method="cpsat"``).
+
+Two formulations, chosen per problem (``options={"model": "hierarchical"|"flat"}`` to force one):
+
+**Hierarchical** (clusters with interchangeable GPUs per node, see :mod:`tsched.solvers._hier`):
+an integer ``node[w]`` per worker, capacities per node, and per traffic pair one boolean per level
+"shares this domain" (reified equalities of ``node`` and of its domain via element constraints).
+The objective maximises the savings ``Σ w_e Δ_ℓ same_ℓ(e)``. Identical nodes (same domains, same free
+GPUs) are ordered by their lowest worker (symmetry breaking; the hint is relabelled to match),
+and the best known lower bound enters as a cut on the savings.
+
+**Flat** (raw QAPs and small clusters): the Adams–Johnson linearisation, assignment booleans
+``x[i, k]`` and pair booleans ``y[e, k, l]`` tied to them by ``Σ_l y = x[i, k]``.
+
+Float costs are scaled to integers; savings coefficients are rounded *up* (and flat costs carry an
+explicit rounding-error allowance), so the reported bound stays a valid bound of the float
+objective, which is always recomputed from the assignment. A solution callback records the
+anytime curve (seconds, objective) in ``result.stats["anytime"]``.
+
+Reproducibility: the time limit is given to CP-SAT as *deterministic* time (its own work unit,
+close to seconds) with interleaved workers, so the same seed and input give the same answer; a
+wall-clock guard stops the search at 3 × the limit + 1 s. Presolve counts against the limit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from tsched.problem import PlacementProblem, objective
+from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, hierarchical_view
+from tsched.solvers.bounds import best_bound
+from tsched.solvers.registry import SolverOutput, get_solver, register
+
+__all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
+
+DEFAULT_TIME_LIMIT = 60.0
+#: Largest coefficient after scaling float costs to integers.
+SCALE_TARGET = 1e7
+#: Largest facility count for the flat model (it has pairs × locations² booleans).
+FLAT_LIMIT = 16
+
+_OPTIONS = {
+    "model": "'hierarchical' or 'flat' (default: hierarchical when it applies)",
+    "workers": "CP-SAT search workers (default 2)",
+    "hint": "a starting assignment (location per worker); default: the greedy solution",
+    "symmetry_breaking": "order identical nodes and domains (default true)",
+}
+
+
+@register(
+    "cpsat",
+    exact=True,
+    provides_bound=True,
+    supports_hint=True,
+    required_modules=("ortools",),
+    extra="all",
+    description="OR-Tools CP-SAT: hierarchical worker->node model or flat QAP model",
+    options=_OPTIONS,
+)
+def cpsat(
+    problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
+) -> SolverOutput:
+    start = time.perf_counter()
+    limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
+    hint = options.get("hint")
+    if hint is None:
+        hint = (
+            get_solver("greedy")
+            .fn(problem, time_limit=max(0.05, limit / 10), seed=seed, options={})
+            .assignment
+        )
+    hint = np.asarray(hint, dtype=np.int64)
+    known, source = best_bound(problem)
+    start_value = objective(problem, hint)
+    if known is not None and start_value - known <= 1e-9 * max(1.0, abs(start_value)):
+        return SolverOutput(
+            hint,
+            bound=known,
+            proved_optimal=True,
+            message=f"cpsat: the start meets the {source} bound; no search needed",
+            stats={"model": "none", "anytime": []},
+        )
+    view, why = hierarchical_view(problem)
+    model = options.get("model", "hierarchical" if view is not None else "flat")
+    if model not in ("hierarchical", "flat"):
+        from tsched.errors import InputError
+
+        raise InputError(f"method 'cpsat': option model={model!r} (valid: hierarchical, flat)")
+    remaining = max(0.01, limit - (time.perf_counter() - start))
+    workers = int(options.get("workers", 2))
+    if model == "hierarchical":
+        if view is None:
+            from tsched.errors import InputError
+
+            raise InputError(f"method 'cpsat': the hierarchical model does not apply: {why}")
+        out = _solve_hierarchical(
+            problem,
+            view,
+            hint,
+            remaining,
+            seed,
+            workers,
+            bool(options.get("symmetry_breaking", True)),
+        )
+    else:
+        if problem.n_workers > FLAT_LIMIT:
+            return SolverOutput(
+                hint,
+                message=f"cpsat: flat model limited to {FLAT_LIMIT} "
+                f"workers ({why}); returning the greedy start",
+                stats={"model": "none"},
+            )
+        out = _solve_flat(problem, hint, remaining, seed, workers)
+    return out
+
+
+class _Recorder:
+    """CP-SAT solution callback: records (seconds, float objective) of each improving solution."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from ortools.sat.python import cp_model
+
+        class Recorder(cp_model.CpSolverSolutionCallback):
+            def __init__(self, evaluate: Any) -> None:
+                super().__init__()
+                self.evaluate = evaluate
+                self.start = time.perf_counter()
+                self.curve: list[tuple[float, float]] = []
+
+            def on_solution_callback(self) -> None:
+                value = self.evaluate(self)
+                if not self.curve or value < self.curve[-1][1]:
+                    self.curve.append((round(time.perf_counter() - self.start, 4), value))
+
+        return Recorder(*args, **kwargs)
+
+
+def _canonical_nodes(
+    view: HierarchicalView, node_of: np.ndarray
+) -> tuple[np.ndarray, list[list[int]]]:
+    """Relabel a worker → node assignment so identical nodes/domains appear in first-use order.
+
+    Returns the relabelled assignment and the classes of interchangeable model nodes (each list
+    ordered), on which the symmetry-breaking constraints are stated.
+    """
+    n_nodes = len(view.nodes)
+    classes: list[list[int]] = []
+    # interchangeable: the same domain at every level and the same capacity
+    key_nodes: dict[tuple[Any, ...], list[int]] = {}
+    for k in range(n_nodes):
+        key = (tuple(view.groups[k]), int(view.capacity[k]))
+        key_nodes.setdefault(key, []).append(k)
+    first_use = np.full(n_nodes, np.iinfo(np.int64).max)
+    for w in range(len(node_of) - 1, -1, -1):
+        first_use[node_of[w]] = w
+    mapping = np.arange(n_nodes)
+    for members in key_nodes.values():
+        if len(members) < 2:
+            continue
+        ordered = sorted(members, key=lambda k: first_use[k])
+        for slot, k in zip(members, ordered):
+            mapping[k] = slot
+        classes.append(members)
+    return mapping[node_of], classes
+
+
+def _solve_hierarchical(
+    problem: PlacementProblem,
+    view: HierarchicalView,
+    hint: np.ndarray,
+    limit: float,
+    seed: int,
+    workers: int,
+    symmetry: bool,
+) -> SolverOutput:
+    from ortools.sat.python import cp_model
+
+    n = problem.n_workers
+    n_nodes = len(view.nodes)
+    node_index = {int(k): i for i, k in enumerate(view.nodes)}
+    cl = problem.cluster
+    assert cl is not None
+    hint_nodes = np.array([node_index[int(cl.gpu_node[problem.locations[a]])] for a in hint])
+    classes: list[list[int]] = []
+    if symmetry:
+        hint_nodes, classes = _canonical_nodes(view, hint_nodes)
+
+    # Data: savings per pair and level, scaled up to integers (rounded up: a valid bound).
+    steps = view.step
+    per_level = [view.weight * s for s in steps]
+    biggest = max((float(p.max()) for p in per_level if len(p)), default=0.0)
+    scale = SCALE_TARGET / biggest if biggest > 0 else 1.0
+    coef = [np.ceil(p * scale).astype(np.int64) for p in per_level]
+
+    m = cp_model.CpModel()
+    # Variables
+    node = [m.NewIntVar(0, n_nodes - 1, f"node{w}") for w in range(n)]
+    x = [[m.NewBoolVar(f"x{w}_{k}") for k in range(n_nodes)] for w in range(n)]
+    dom = []
+    for lev in range(view.groups.shape[1]):
+        table = [int(g) for g in view.groups[:, lev]]
+        dom.append([m.NewIntVar(0, max(table), f"d{lev}_{w}") for w in range(n)])
+        for w in range(n):
+            m.AddElement(node[w], table, dom[lev][w])
+    # Constraints: one node per worker, capacities
+    for w in range(n):
+        m.AddExactlyOne(x[w])
+        m.Add(node[w] == sum(k * x[w][k] for k in range(n_nodes)))
+    for k in range(n_nodes):
+        m.Add(sum(x[w][k] for w in range(n)) <= int(view.capacity[k]))
+    # Symmetry breaking: in each class of identical nodes, a node is used only after the one
+    # before it, by worker index (the lowest worker of node b comes after that of node a).
+    for members in classes:
+        for a, b in zip(members, members[1:]):
+            m.Add(x[0][b] == 0)
+            for w in range(1, n):
+                m.AddBoolOr([x[v][a] for v in range(w)] + [x[w][b].Not()])
+    # Objective: savings of pairs sharing a node / a domain
+    terms = []
+    for e, (i, j) in enumerate(view.pairs):
+        same = m.NewBoolVar(f"s0_{e}")
+        m.Add(node[i] == node[j]).OnlyEnforceIf(same)
+        prev = same
+        if coef[0][e] > 0:
+            terms.append((same, int(coef[0][e])))
+        for lev in range(view.groups.shape[1]):
+            shared = m.NewBoolVar(f"s{lev + 1}_{e}")
+            m.Add(dom[lev][i] == dom[lev][j]).OnlyEnforceIf(shared)
+            m.AddImplication(prev, shared)  # nested: same node ⇒ same leaf ⇒ …
+            prev = shared
+            if coef[lev + 1][e] > 0:
+                terms.append((shared, int(coef[lev + 1][e])))
+    savings = sum(c * b for b, c in terms) if terms else 0
+    constant = view.constant
+    known, _ = best_bound(problem)
+    if known is not None and terms:
+        slack = sum(
+            int(c[e]) - p[e] * scale for c, p in zip(coef, per_level) for e in range(len(p))
+        )
+        m.Add(savings <= math.floor((constant - known) * scale + slack + 1e-6))
+    m.Maximize(savings)
+    for w in range(n):
+        m.AddHint(node[w], int(hint_nodes[w]))
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.interleave_search = True
+    solver.parameters.max_deterministic_time = float(limit)
+    solver.parameters.max_time_in_seconds = 3.0 * float(limit) + 1.0
+
+    def evaluate(cb: Any) -> float:
+        return view.cost(np.array([cb.Value(v) for v in node]))
+
+    recorder = _Recorder(evaluate)
+    status = solver.Solve(m, recorder)
+    name = solver.StatusName(status)
+    stats: dict[str, Any] = {
+        "model": "hierarchical",
+        "cpsat_status": name,
+        "scale": scale,
+        "anytime": recorder.curve,
+        "nodes": n_nodes,
+        "symmetry_classes": len(classes),
+    }
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        assignment = assignment_from_nodes(problem, view, hint_nodes)
+        return SolverOutput(assignment, message=f"cpsat: {name}; returning the start", stats=stats)
+    node_of = np.array([solver.Value(v) for v in node])
+    assignment = assignment_from_nodes(problem, view, node_of)
+    bound = constant - solver.BestObjectiveBound() / scale
+    value = objective(problem, assignment)
+    proved = status == cp_model.OPTIMAL and value - bound <= 1e-6 * max(1.0, abs(value))
+    return SolverOutput(
+        assignment,
+        bound=min(bound, value),
+        proved_optimal=proved,
+        iterations=int(solver.NumBranches()),
+        message=f"cpsat hierarchical: {name} in {solver.WallTime():.2f} s",
+        stats=stats,
+    )
+
+
+def _solve_flat(
+    problem: PlacementProblem, hint: np.ndarray, limit: float, seed: int, workers: int
+) -> SolverOutput:
+    """Adams–Johnson (RLT-1) linearisation: x[i, k] and, per facility pair with flow, y[e, k, l]
+    = x[i, k]·x[j, l] with Σ_l y = x[i, k] and Σ_k y = x[j, l]. Its LP relaxation is at least as
+    strong as Gilmore–Lawler, which CP-SAT uses for its bound."""
+    from ortools.sat.python import cp_model
+
+    n, mloc = problem.n_workers, problem.n_locations
+    flow = problem.flow_dense()
+    dist = problem.distance()
+    lin = problem.linear if problem.linear is not None else np.zeros((n, mloc))
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n) if flow[i, j] or flow[j, i]]
+    # cost of (i at k, j at l) for each pair: F_ij D_kl + F_ji D_lk
+    costs = [flow[i, j] * dist + flow[j, i] * dist.T for i, j in pairs]
+    biggest = max([float(np.abs(c).max()) for c in costs] + [float(np.abs(lin).max()), 1e-300])
+    integral = all(np.all(c == np.round(c)) for c in costs) and np.all(lin == np.round(lin))
+    scale = 1.0 if integral and biggest < 2**40 else SCALE_TARGET / biggest
+    c_int = [np.round(c * scale).astype(np.int64) for c in costs]
+    l_int = np.round(lin * scale).astype(np.int64)
+    error = sum(float(np.abs(ci - c * scale).max()) for ci, c in zip(c_int, costs))
+    error += float(np.abs(l_int - lin * scale).max(axis=1).sum())
+
+    m = cp_model.CpModel()
+    x = [[m.NewBoolVar(f"x{i}_{k}") for k in range(mloc)] for i in range(n)]
+    for i in range(n):
+        m.AddExactlyOne(x[i])
+    for k in range(mloc):
+        m.AddAtMostOne(x[i][k] for i in range(n))
+    terms = [int(l_int[i, k]) * x[i][k] for i in range(n) for k in range(mloc) if l_int[i, k]]
+    hint_y = []
+    for e, (i, j) in enumerate(pairs):
+        y = {}
+        for k in range(mloc):
+            for l in range(mloc):
+                if k != l:
+                    y[k, l] = m.NewBoolVar(f"y{e}_{k}_{l}")
+                    if c_int[e][k, l]:
+                        terms.append(int(c_int[e][k, l]) * y[k, l])
+        for k in range(mloc):
+            m.Add(sum(y[k, l] for l in range(mloc) if l != k) == x[i][k])
+            m.Add(sum(y[l, k] for l in range(mloc) if l != k) == x[j][k])
+        hint_y.append((y, i, j))
+    m.Minimize(sum(terms) if terms else 0)
+    for i in range(n):
+        for k in range(mloc):
+            m.AddHint(x[i][k], int(hint[i] == k))
+    for y, i, j in hint_y:
+        for (k, l), var in y.items():
+            m.AddHint(var, int(hint[i] == k and hint[j] == l))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.interleave_search = True
+    solver.parameters.max_deterministic_time = float(limit)
+    solver.parameters.max_time_in_seconds = 3.0 * float(limit) + 1.0
+
+    def evaluate(cb: Any) -> float:
+        return objective(problem, _decode(cb, x))
+
+    recorder = _Recorder(evaluate)
+    status = solver.Solve(m, recorder)
+    name = solver.StatusName(status)
+    stats = {"model": "flat", "cpsat_status": name, "scale": scale, "anytime": recorder.curve}
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return SolverOutput(hint, message=f"cpsat flat: {name}; returning the start", stats=stats)
+    assignment = _decode(solver, x)
+    value = objective(problem, assignment)
+    bound = (solver.BestObjectiveBound() - error) / scale
+    proved = status == cp_model.OPTIMAL and value - bound <= 1e-6 * max(1.0, abs(value))
+    return SolverOutput(
+        assignment,
+        bound=min(bound, value),
+        proved_optimal=proved,
+        iterations=int(solver.NumBranches()),
+        message=f"cpsat flat: {name} in {solver.WallTime():.2f} s",
+        stats=stats,
+    )
+
+
+def _decode(source: Any, x: list[list[Any]]) -> np.ndarray:
+    return np.array(
+        [next(k for k, v in enumerate(row) if source.BooleanValue(v)) for row in x], dtype=np.int64
+    )
