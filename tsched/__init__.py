@@ -30,7 +30,8 @@ from tsched.formats.cluster_yaml import read_cluster, write_cluster
 from tsched.formats.workload_yaml import read_workload, write_workload
 from tsched.plan import STATUSES, PlacementResult, Plan, read_plan, write_plan
 from tsched.problem import PlacementProblem, cost_by_link, objective
-from tsched.solvers.registry import get_solver, solve, solvers
+from tsched.solvers.registry import get_solver, solve
+from tsched.solvers.registry import solvers as methods
 from tsched.workload import Layout, ModelSpec, Workload
 
 __version__ = "0.1.0"
@@ -62,7 +63,7 @@ __all__ = [
     "write_plan",
     "solve",
     "solve_qap",
-    "solvers",
+    "methods",
     "get_solver",
     "objective",
     "cost_by_link",

@@ -5,9 +5,9 @@ Two formulations, chosen per problem (``options={"model": "hierarchical"|"flat"}
 **Hierarchical** (clusters with interchangeable GPUs per node, see :mod:`tsched.solvers._hier`):
 an integer ``node[w]`` per worker, capacities per node, and per traffic pair one boolean per level
 "shares this domain" (reified equalities of ``node`` and of its domain via element constraints).
-The objective maximises the savings ``Σ w_e Δ_ℓ same_ℓ(e)``. Identical nodes (same domains, same free
-GPUs) are ordered by their lowest worker (symmetry breaking; the hint is relabelled to match),
-and the best known lower bound enters as a cut on the savings.
+The objective maximises the savings ``Σ w_e Δ_ℓ same_ℓ(e)``. Identical nodes (same domains,
+same free GPUs) are ordered by their lowest worker (symmetry breaking; the hint is relabelled
+to match), and the best known lower bound enters as a cut on the savings.
 
 **Flat** (raw QAPs and small clusters): the Adams–Johnson linearisation, assignment booleans
 ``x[i, k]`` and pair booleans ``y[e, k, l]`` tied to them by ``Σ_l y = x[i, k]``.
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tsched.errors import InputError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, hierarchical_view
 from tsched.solvers.bounds import best_bound
@@ -66,13 +67,18 @@ def cpsat(
 ) -> SolverOutput:
     start = time.perf_counter()
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
+    view, why = hierarchical_view(problem)
+    model = options.get("model", "hierarchical" if view is not None else "flat")
+    if model not in ("hierarchical", "flat"):
+        raise InputError(f"method 'cpsat': option model={model!r} (valid: hierarchical, flat)")
+    if model == "hierarchical" and view is None:
+        raise InputError(f"method 'cpsat': the hierarchical model does not apply: {why}")
     hint = options.get("hint")
     if hint is None:
-        hint = (
-            get_solver("greedy")
-            .fn(problem, time_limit=max(0.05, limit / 10), seed=seed, options={})
-            .assignment
+        greedy = get_solver("greedy").fn(
+            problem, time_limit=max(0.05, limit / 10), seed=seed, options={}
         )
+        hint = greedy.assignment
     hint = np.asarray(hint, dtype=np.int64)
     known, source = best_bound(problem)
     start_value = objective(problem, hint)
@@ -84,38 +90,20 @@ def cpsat(
             message=f"cpsat: the start meets the {source} bound; no search needed",
             stats={"model": "none", "anytime": []},
         )
-    view, why = hierarchical_view(problem)
-    model = options.get("model", "hierarchical" if view is not None else "flat")
-    if model not in ("hierarchical", "flat"):
-        from tsched.errors import InputError
-
-        raise InputError(f"method 'cpsat': option model={model!r} (valid: hierarchical, flat)")
     remaining = max(0.01, limit - (time.perf_counter() - start))
     workers = int(options.get("workers", 2))
     if model == "hierarchical":
-        if view is None:
-            from tsched.errors import InputError
-
-            raise InputError(f"method 'cpsat': the hierarchical model does not apply: {why}")
-        out = _solve_hierarchical(
-            problem,
-            view,
+        assert view is not None
+        symmetry = bool(options.get("symmetry_breaking", True))
+        return _solve_hierarchical(problem, view, hint, remaining, seed, workers, symmetry)
+    if problem.n_workers > FLAT_LIMIT:
+        return SolverOutput(
             hint,
-            remaining,
-            seed,
-            workers,
-            bool(options.get("symmetry_breaking", True)),
+            message=f"cpsat: flat model limited to {FLAT_LIMIT} workers ({why}); "
+            "returning the greedy start",
+            stats={"model": "none"},
         )
-    else:
-        if problem.n_workers > FLAT_LIMIT:
-            return SolverOutput(
-                hint,
-                message=f"cpsat: flat model limited to {FLAT_LIMIT} "
-                f"workers ({why}); returning the greedy start",
-                stats={"model": "none"},
-            )
-        out = _solve_flat(problem, hint, remaining, seed, workers)
-    return out
+    return _solve_flat(problem, hint, remaining, seed, workers)
 
 
 class _Recorder:
@@ -277,7 +265,7 @@ def _solve_hierarchical(
     proved = status == cp_model.OPTIMAL and value - bound <= 1e-6 * max(1.0, abs(value))
     return SolverOutput(
         assignment,
-        bound=min(bound, value),
+        bound=bound,
         proved_optimal=proved,
         iterations=int(solver.NumBranches()),
         message=f"cpsat hierarchical: {name} in {solver.WallTime():.2f} s",
@@ -357,7 +345,7 @@ def _solve_flat(
     proved = status == cp_model.OPTIMAL and value - bound <= 1e-6 * max(1.0, abs(value))
     return SolverOutput(
         assignment,
-        bound=min(bound, value),
+        bound=bound,
         proved_optimal=proved,
         iterations=int(solver.NumBranches()),
         message=f"cpsat flat: {name} in {solver.WallTime():.2f} s",

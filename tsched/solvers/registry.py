@@ -34,6 +34,7 @@ _BUILTIN_MODULES = (
     "tsched.solvers.greedy",
     "tsched.solvers.bnb",
     "tsched.solvers.cpsat",
+    "tsched.solvers.milp",
     "tsched.solvers.auto",
 )
 #: Relative gap under which a bound is taken to meet the objective (float costs are scaled to
