@@ -17,9 +17,10 @@ explicit rounding-error allowance), so the reported bound stays a valid bound of
 objective, which is always recomputed from the assignment. A solution callback records the
 anytime curve (seconds, objective) in ``result.stats["anytime"]``.
 
-Reproducibility: the time limit is given to CP-SAT as *deterministic* time (its own work unit,
-close to seconds) with interleaved workers, so the same seed and input give the same answer; a
-wall-clock guard stops the search at 3 × the limit + 1 s. Presolve counts against the limit.
+Reproducibility: the time limit is given to CP-SAT both as *deterministic* time (its own work
+unit, close to seconds) with interleaved workers and as wall time. When the deterministic limit
+(or the end of the search) comes first, the same seed and input give the same answer; when the
+wall clock stops it, ``stats["reproducible"]`` is False. Presolve counts against the limit.
 """
 
 from __future__ import annotations
@@ -239,7 +240,7 @@ def _solve_hierarchical(
     solver.parameters.random_seed = int(seed)
     solver.parameters.interleave_search = True
     solver.parameters.max_deterministic_time = float(limit)
-    solver.parameters.max_time_in_seconds = 3.0 * float(limit) + 1.0
+    solver.parameters.max_time_in_seconds = float(limit)
 
     def evaluate(cb: Any) -> float:
         return view.cost(np.array([cb.Value(v) for v in node]))
@@ -254,6 +255,7 @@ def _solve_hierarchical(
         "anytime": recorder.curve,
         "nodes": n_nodes,
         "symmetry_classes": len(classes),
+        "reproducible": _reproducible(solver, status, limit),
     }
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         assignment = assignment_from_nodes(problem, view, hint_nodes)
@@ -328,7 +330,7 @@ def _solve_flat(
     solver.parameters.random_seed = int(seed)
     solver.parameters.interleave_search = True
     solver.parameters.max_deterministic_time = float(limit)
-    solver.parameters.max_time_in_seconds = 3.0 * float(limit) + 1.0
+    solver.parameters.max_time_in_seconds = float(limit)
 
     def evaluate(cb: Any) -> float:
         return objective(problem, _decode(cb, x))
@@ -336,7 +338,13 @@ def _solve_flat(
     recorder = _Recorder(evaluate)
     status = solver.Solve(m, recorder)
     name = solver.StatusName(status)
-    stats = {"model": "flat", "cpsat_status": name, "scale": scale, "anytime": recorder.curve}
+    stats = {
+        "model": "flat",
+        "cpsat_status": name,
+        "scale": scale,
+        "anytime": recorder.curve,
+        "reproducible": _reproducible(solver, status, limit),
+    }
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return SolverOutput(hint, message=f"cpsat flat: {name}; returning the start", stats=stats)
     assignment = _decode(solver, x)
@@ -351,6 +359,15 @@ def _solve_flat(
         message=f"cpsat flat: {name} in {solver.WallTime():.2f} s",
         stats=stats,
     )
+
+
+def _reproducible(solver: Any, status: int, limit: float) -> bool:
+    """True unless the wall clock, not the deterministic limit, ended an unfinished search."""
+    from ortools.sat.python import cp_model
+
+    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        return True
+    return solver.deterministic_time >= 0.999 * limit
 
 
 def _decode(source: Any, x: list[list[Any]]) -> np.ndarray:
