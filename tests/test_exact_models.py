@@ -112,3 +112,16 @@ def test_milp_json_output_stays_clean(capsys, tmp_path) -> None:
     out, _ = capsys.readouterr()
     doc = json.loads(out)
     assert code == 0 and doc["method"] == "milp" and doc["status"] in ("optimal", "feasible")
+
+
+@pytest.mark.parametrize("method", ["cpsat", "milp"])
+def test_never_worse_than_the_start(method: str) -> None:
+    moe = ModelSpec(params_b=47, expert_params_b=45, hidden=4096, layers=32, seq_len=4096,
+                    micro_batches=8, experts=8, top_k=2)
+    w = Workload.from_layout("moe", Layout(tp=2, dp=4, ep=8), moe)
+    problem = PlacementProblem.build(fabric(8, 4), w)
+    greedy = tsched.solve(problem, method="greedy")
+    result = tsched.solve(problem, method=method, time_limit=1.0,
+                          options={"hint": greedy.assignment})
+    assert result.objective <= greedy.objective + 1e-12
+    assert result.bound <= result.objective

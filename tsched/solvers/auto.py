@@ -21,7 +21,7 @@ from typing import Any
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import hierarchical_view
 from tsched.solvers.bounds import best_bound
-from tsched.solvers.registry import SolverOutput, get_solver, register
+from tsched.solvers.registry import SolverOutput, get_solver, keep_better, register
 
 __all__ = ["auto", "DEFAULT_TIME_LIMIT", "BNB_MAX", "CPSAT_MAX_WORKERS"]
 
@@ -74,9 +74,7 @@ def auto(
     out = get_solver(exact).fn(
         problem, time_limit=left, seed=seed, options={"hint": greedy.assignment}
     )
-    if out.assignment is None or objective(problem, out.assignment) > value:
-        out = replace(out, assignment=greedy.assignment)
-    return _choose(out, exact, why)
+    return _choose(keep_better(problem, out, greedy.assignment), exact, why)
 
 
 def _choose(out: SolverOutput, method: str, why: str) -> SolverOutput:

@@ -35,7 +35,7 @@ from tsched.errors import InputError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, hierarchical_view
 from tsched.solvers.bounds import best_bound
-from tsched.solvers.registry import SolverOutput, get_solver, register
+from tsched.solvers.registry import SolverOutput, get_solver, keep_better, register
 
 __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
 
@@ -96,7 +96,8 @@ def cpsat(
     if model == "hierarchical":
         assert view is not None
         symmetry = bool(options.get("symmetry_breaking", True))
-        return _solve_hierarchical(problem, view, hint, remaining, seed, workers, symmetry)
+        out = _solve_hierarchical(problem, view, hint, remaining, seed, workers, symmetry)
+        return keep_better(problem, out, hint)
     if problem.n_workers > FLAT_LIMIT:
         return SolverOutput(
             hint,
@@ -104,7 +105,7 @@ def cpsat(
             "returning the greedy start",
             stats={"model": "none"},
         )
-    return _solve_flat(problem, hint, remaining, seed, workers)
+    return keep_better(problem, _solve_flat(problem, hint, remaining, seed, workers), hint)
 
 
 class _Recorder:

@@ -29,7 +29,7 @@ from tsched.errors import InputError, SolverError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, hierarchical_view
 from tsched.solvers.bounds import best_bound
-from tsched.solvers.registry import SolverOutput, get_solver, register
+from tsched.solvers.registry import SolverOutput, get_solver, keep_better, register
 
 __all__ = ["milp", "BACKENDS"]
 
@@ -100,7 +100,8 @@ def milp(
     remaining = max(0.05, limit - (time.perf_counter() - start))
     if model == "hierarchical":
         assert view is not None
-        return _hierarchical(problem, view, hint, known, remaining, backend)
+        out = _hierarchical(problem, view, hint, known, remaining, backend)
+        return keep_better(problem, out, hint)
     if problem.n_workers > FLAT_LIMIT:
         return SolverOutput(
             hint,
@@ -108,7 +109,7 @@ def milp(
             "returning the greedy start",
             stats={"model": "none", "backend": backend},
         )
-    return _flat(problem, hint, remaining, backend)
+    return keep_better(problem, _flat(problem, hint, remaining, backend), hint)
 
 
 def _var(prob: Any, name: str, **kwargs: Any) -> Any:

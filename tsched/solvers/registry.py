@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -139,6 +139,22 @@ def __getattr__(name: str) -> Any:  # METHODS is computed so late registrations 
     if name == "METHODS":
         return tuple(solvers())
     raise AttributeError(name)
+
+
+def keep_better(problem: PlacementProblem, out: SolverOutput, start: np.ndarray) -> SolverOutput:
+    """``out`` with its assignment replaced by ``start`` when the start is strictly better.
+
+    Exact backends stopped by a time limit can return a worse incumbent than the hint they were
+    given (some ignore warm starts); their bound stays valid either way.
+    """
+    if out.assignment is None or objective(problem, start) < objective(problem, out.assignment):
+        return replace(
+            out,
+            assignment=np.asarray(start),
+            proved_optimal=False,
+            message=out.message + "; kept the better start",
+        )
+    return out
 
 
 def validate_options(info: SolverInfo, options: Mapping[str, Any] | None) -> dict[str, Any]:
