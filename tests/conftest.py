@@ -33,6 +33,23 @@ def small_cluster(busy: dict[str, tuple[int, ...]] | None = None, gpus: int = 4)
     return Cluster("small", links, ("leaf", "spine"), types, nodes)
 
 
+def fabric(nodes: int, per_leaf: int, gpus: int = 8) -> Cluster:
+    """``nodes`` nodes of ``gpus`` GPUs, ``per_leaf`` per leaf; nv 450, leaf 50, spine 25 GB/s."""
+    links = {
+        "nv": LinkClass("nv", 450),
+        "leaf": LinkClass("leaf", 50),
+        "spine": LinkClass("spine", 25),
+    }
+    types = {"dgx": NodeType("dgx", gpus, intra="nv")}
+    return Cluster(
+        "fab",
+        links,
+        ("leaf", "spine"),
+        types,
+        tuple(Node(f"n{i}", "dgx", {"leaf": f"l{i // per_leaf}"}) for i in range(nodes)),
+    )
+
+
 def brute_force(problem: PlacementProblem) -> tuple[float, np.ndarray]:
     """Exact optimum by enumerating every injection of workers into locations (tiny only)."""
     n, m = problem.n_workers, problem.n_locations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import brute_force
+from conftest import brute_force, fabric
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,22 +82,6 @@ def test_gilmore_lawler_on_raw_qaps(problem) -> None:
     assert value >= basic_bound(problem) - 1e-9 or problem.linear is not None
 
 
-def _uniform_fabric(nodes: int, per_leaf: int) -> Cluster:
-    links = {
-        "nv": LinkClass("nv", 450),
-        "leaf": LinkClass("leaf", 50),
-        "spine": LinkClass("spine", 25),
-    }
-    types = {"dgx": NodeType("dgx", 8, intra="nv")}
-    return Cluster(
-        "fab",
-        links,
-        ("leaf", "spine"),
-        types,
-        tuple(Node(f"n{i}", "dgx", {"leaf": f"l{i // per_leaf}"}) for i in range(nodes)),
-    )
-
-
 @pytest.mark.parametrize(("layout", "nodes"), [((8, 4, 4), 16), ((8, 2, 4), 8), ((8, 2, 2), 4)])
 def test_spectral_bound_is_tight_for_product_layouts(layout, nodes) -> None:
     import tsched
@@ -108,7 +92,7 @@ def test_spectral_bound_is_tight_for_product_layouts(layout, nodes) -> None:
         Layout(tp=tp, pp=pp, dp=dp),
         ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8),
     )
-    problem = PlacementProblem.build(_uniform_fabric(nodes, 4), w)
+    problem = PlacementProblem.build(fabric(nodes, 4), w)
     result = tsched.solve(problem, method="greedy")
     assert result.status == "optimal" and result.stats["bound_source"] == "spectral"
     assert result.gap < 1e-9

@@ -6,33 +6,16 @@ import json
 
 import numpy as np
 import pytest
-from conftest import MODELS
+from conftest import MODELS, fabric
 
 import tsched
 from tsched.cli import main
-from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem
 from tsched.solvers._hier import hierarchical_view
 from tsched.workload import Layout, ModelSpec, Workload
 
 MODEL = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
-
-
-def fabric(nodes: int, per_leaf: int, gpus: int = 8) -> Cluster:
-    links = {
-        "nv": LinkClass("nv", 450),
-        "leaf": LinkClass("leaf", 50),
-        "spine": LinkClass("spine", 25),
-    }
-    types = {"dgx": NodeType("dgx", gpus, intra="nv")}
-    return Cluster(
-        "fab",
-        links,
-        ("leaf", "spine"),
-        types,
-        tuple(Node(f"n{i}", "dgx", {"leaf": f"l{i // per_leaf}"}) for i in range(nodes)),
-    )
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +99,21 @@ def test_milp_json_output_stays_clean(capsys, tmp_path) -> None:
 
 @pytest.mark.parametrize("method", ["cpsat", "milp"])
 def test_never_worse_than_the_start(method: str) -> None:
-    moe = ModelSpec(params_b=47, expert_params_b=45, hidden=4096, layers=32, seq_len=4096,
-                    micro_batches=8, experts=8, top_k=2)
+    moe = ModelSpec(
+        params_b=47,
+        expert_params_b=45,
+        hidden=4096,
+        layers=32,
+        seq_len=4096,
+        micro_batches=8,
+        experts=8,
+        top_k=2,
+    )
     w = Workload.from_layout("moe", Layout(tp=2, dp=4, ep=8), moe)
     problem = PlacementProblem.build(fabric(8, 4), w)
     greedy = tsched.solve(problem, method="greedy")
-    result = tsched.solve(problem, method=method, time_limit=1.0,
-                          options={"hint": greedy.assignment})
+    result = tsched.solve(
+        problem, method=method, time_limit=1.0, options={"hint": greedy.assignment}
+    )
     assert result.objective <= greedy.objective + 1e-12
     assert result.bound <= result.objective

@@ -13,12 +13,19 @@ and its cost is a constant minus the *savings* of the pairs that share domains.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tsched.problem import PlacementProblem
 
-__all__ = ["HierarchicalView", "hierarchical_view", "assignment_from_nodes"]
+__all__ = [
+    "HierarchicalView",
+    "hierarchical_view",
+    "assignment_from_nodes",
+    "ExactStart",
+    "prepare_exact",
+]
 
 
 @dataclass(frozen=True)
@@ -102,3 +109,55 @@ def assignment_from_nodes(
     for w, k in enumerate(node_of_worker):
         out[w] = slots[int(view.nodes[k])].pop(0)
     return out
+
+
+@dataclass(frozen=True)
+class ExactStart:
+    """What an exact backend knows before it searches: its model, start and the best bound."""
+
+    view: HierarchicalView | None
+    model: str  # "hierarchical" or "flat"
+    why: str  # why the hierarchical view does (not) apply
+    hint: np.ndarray
+    known: float | None  # best lower bound known before the search
+    proved: Any  # a finished SolverOutput when the start already meets the bound, else None
+
+
+def prepare_exact(
+    problem: PlacementProblem, name: str, options: dict[str, Any], limit: float, seed: int
+) -> ExactStart:
+    """Common start of the CP-SAT and MILP solvers.
+
+    Validates the ``model`` option, takes the ``hint`` (or the greedy solution) as the start, and
+    stops early when the start already meets the best known bound.
+    """
+    from tsched.errors import InputError
+    from tsched.problem import objective
+    from tsched.solvers.bounds import best_bound
+    from tsched.solvers.registry import SolverOutput, get_solver
+
+    view, why = hierarchical_view(problem)
+    model = options.get("model", "hierarchical" if view is not None else "flat")
+    if model not in ("hierarchical", "flat"):
+        raise InputError(f"method {name!r}: option model={model!r} (valid: hierarchical, flat)")
+    if model == "hierarchical" and view is None:
+        raise InputError(f"method {name!r}: the hierarchical model does not apply: {why}")
+    hint = options.get("hint")
+    if hint is None:
+        greedy = get_solver("greedy").fn(
+            problem, time_limit=max(0.05, limit / 10), seed=seed, options={}
+        )
+        hint = greedy.assignment
+    hint = np.asarray(hint, dtype=np.int64)
+    known, source = best_bound(problem)
+    value = objective(problem, hint)
+    proved = None
+    if known is not None and value - known <= 1e-9 * max(1.0, abs(value)):
+        proved = SolverOutput(
+            hint,
+            bound=known,
+            proved_optimal=True,
+            message=f"{name}: the start meets the {source} bound; no search needed",
+            stats={"model": "none"},
+        )
+    return ExactStart(view, model, why, hint, known, proved)

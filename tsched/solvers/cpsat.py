@@ -31,11 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from tsched.errors import InputError
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, hierarchical_view
+from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
 from tsched.solvers.bounds import best_bound
-from tsched.solvers.registry import SolverOutput, get_solver, keep_better, register
+from tsched.solvers.registry import SolverOutput, keep_better, register
 
 __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
 
@@ -68,32 +67,13 @@ def cpsat(
 ) -> SolverOutput:
     start = time.perf_counter()
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
-    view, why = hierarchical_view(problem)
-    model = options.get("model", "hierarchical" if view is not None else "flat")
-    if model not in ("hierarchical", "flat"):
-        raise InputError(f"method 'cpsat': option model={model!r} (valid: hierarchical, flat)")
-    if model == "hierarchical" and view is None:
-        raise InputError(f"method 'cpsat': the hierarchical model does not apply: {why}")
-    hint = options.get("hint")
-    if hint is None:
-        greedy = get_solver("greedy").fn(
-            problem, time_limit=max(0.05, limit / 10), seed=seed, options={}
-        )
-        hint = greedy.assignment
-    hint = np.asarray(hint, dtype=np.int64)
-    known, source = best_bound(problem)
-    start_value = objective(problem, hint)
-    if known is not None and start_value - known <= 1e-9 * max(1.0, abs(start_value)):
-        return SolverOutput(
-            hint,
-            bound=known,
-            proved_optimal=True,
-            message=f"cpsat: the start meets the {source} bound; no search needed",
-            stats={"model": "none", "anytime": []},
-        )
+    prep = prepare_exact(problem, "cpsat", options, limit, seed)
+    if prep.proved is not None:
+        return prep.proved
+    view, why, hint = prep.view, prep.why, prep.hint
     remaining = max(0.01, limit - (time.perf_counter() - start))
     workers = int(options.get("workers", 2))
-    if model == "hierarchical":
+    if prep.model == "hierarchical":
         assert view is not None
         symmetry = bool(options.get("symmetry_breaking", True))
         out = _solve_hierarchical(problem, view, hint, remaining, seed, workers, symmetry)
@@ -236,12 +216,7 @@ def _solve_hierarchical(
     for w in range(n):
         m.AddHint(node[w], int(hint_nodes[w]))
 
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = int(seed)
-    solver.parameters.interleave_search = True
-    solver.parameters.max_deterministic_time = float(limit)
-    solver.parameters.max_time_in_seconds = float(limit)
+    solver = _solver(limit, seed, workers)
 
     def evaluate(cb: Any) -> float:
         return view.cost(np.array([cb.Value(v) for v in node]))
@@ -326,12 +301,7 @@ def _solve_flat(
     for y, i, j in hint_y:
         for (k, l), var in y.items():
             m.AddHint(var, int(hint[i] == k and hint[j] == l))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = int(seed)
-    solver.parameters.interleave_search = True
-    solver.parameters.max_deterministic_time = float(limit)
-    solver.parameters.max_time_in_seconds = float(limit)
+    solver = _solver(limit, seed, workers)
 
     def evaluate(cb: Any) -> float:
         return objective(problem, _decode(cb, x))
@@ -360,6 +330,19 @@ def _solve_flat(
         message=f"cpsat flat: {name} in {solver.WallTime():.2f} s",
         stats=stats,
     )
+
+
+def _solver(limit: float, seed: int, workers: int) -> Any:
+    """A CP-SAT solver with the limits described in the module docstring."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = max(1, workers)
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.interleave_search = True
+    solver.parameters.max_deterministic_time = float(limit)
+    solver.parameters.max_time_in_seconds = float(limit)
+    return solver
 
 
 def _reproducible(solver: Any, status: int, limit: float) -> bool:
