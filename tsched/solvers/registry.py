@@ -33,6 +33,8 @@ _BUILTIN_MODULES = (
     "tsched.solvers.baselines",
     "tsched.solvers.greedy",
     "tsched.solvers.bnb",
+    "tsched.solvers.tabu",
+    "tsched.solvers.anneal",
     "tsched.solvers.cpsat",
     "tsched.solvers.milp",
     "tsched.solvers.auto",
