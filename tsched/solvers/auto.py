@@ -2,11 +2,12 @@
 
 1. Run the topology-aware greedy (fast at any size) and compute the best lower bound
    (:func:`tsched.solvers.bounds.best_bound`). If they meet, the greedy plan is proved optimal.
-2. Otherwise, if the instance is small or hierarchically compact, try to prove optimality in the
-   time left: branch and bound for flat QAPs up to :data:`BNB_MAX` facilities; the hierarchical
-   CP-SAT model (worker → node) for clusters whose GPUs per node are interchangeable, up to
-   :data:`CPSAT_MAX_WORKERS` workers. The better of the two answers is kept.
-3. Otherwise the greedy plan stands, with its bound and gap.
+2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound.
+3. Otherwise robust tabu search improves the greedy plan (up to :data:`TABU_MAX_WORKERS`
+   workers), stopping early if it reaches the bound: with all the time left, or with a third of
+   it when the hierarchical CP-SAT model (worker → node, up to :data:`CPSAT_MAX_WORKERS`
+   workers, GPUs of a node interchangeable) can then try to prove optimality from that plan.
+4. The best plan found stands, with the best bound and its gap.
 
 The choice and the reason are in ``result.stats["auto_choice"]`` / ``["auto_reason"]`` and in
 the message. Without a time limit, ``auto`` allows itself :data:`DEFAULT_TIME_LIMIT` seconds.
@@ -30,6 +31,8 @@ DEFAULT_TIME_LIMIT = 10.0
 BNB_MAX = 16
 #: Largest worker count handed to the hierarchical CP-SAT model.
 CPSAT_MAX_WORKERS = 256
+#: Largest worker count improved by tabu search (its moves scan a k × k delta matrix).
+TABU_MAX_WORKERS = 1024
 
 
 @register(
@@ -50,31 +53,44 @@ def auto(
     tol = 1e-9 * max(1.0, abs(value))
     if bound is not None and value - bound <= tol:
         return _choose(greedy, "greedy", f"greedy meets the {source} bound: proved optimal")
-    left = limit - (time.perf_counter() - start)
     n = problem.n_workers
-    exact: str | None = None
-    why = ""
-    if problem.cluster is None or problem.n_locations <= BNB_MAX:
-        if n <= BNB_MAX and problem.n_locations <= BNB_MAX + 4:
-            exact, why = "bnb", f"small flat instance ({n} facilities): branch and bound"
-    else:
-        view, reason = hierarchical_view(problem)
-        if view is not None and n <= CPSAT_MAX_WORKERS:
-            exact, why = (
-                "cpsat",
-                (f"hierarchical model ({n} workers on {len(view.nodes)} nodes): CP-SAT"),
-            )
-        elif view is None:
-            why = f"no exact model: {reason}"
+    flat = problem.cluster is None or problem.n_locations <= BNB_MAX
+    if flat and n <= BNB_MAX and problem.n_locations <= BNB_MAX + 4:
+        left = limit - (time.perf_counter() - start)
+        out = get_solver("bnb").fn(
+            problem, time_limit=max(0.05, left), seed=seed, options={"hint": greedy.assignment}
+        )
+        why = f"small flat instance ({n} facilities): branch and bound"
+        return _choose(keep_better(problem, out, greedy.assignment), "bnb", why)
+    view, reason = (None, "raw QAP") if problem.cluster is None else hierarchical_view(problem)
+    exact = view is not None and n <= CPSAT_MAX_WORKERS
+    # improve the start by tabu search: all the time left, or a third of it before CP-SAT
+    left = limit - (time.perf_counter() - start)
+    share = left / 3 if exact else left
+    current = greedy
+    if left > 0.1 and problem.n_workers <= TABU_MAX_WORKERS:
+        searched = get_solver("tabu").fn(
+            problem, time_limit=share, seed=seed, options={"hint": greedy.assignment}
+        )
+        current = keep_better(problem, searched, greedy.assignment)
+        if objective(problem, current.assignment) - (bound if bound is not None else -1e300) <= tol:
+            return _choose(current, "tabu", f"tabu search reached the {source} bound")
+    left = limit - (time.perf_counter() - start)
+    if not exact or left <= 0.05:
+        if view is None:
+            why = f"tabu search from the greedy plan (no exact model: {reason})"
         else:
-            why = f"{n} workers exceed the exact models' reach ({CPSAT_MAX_WORKERS})"
-    if exact is None or left <= 0.05:
-        why = why or f"{n} workers: no exact method within reach"
-        return _choose(greedy, "greedy", f"greedy + bound ({why})")
-    out = get_solver(exact).fn(
-        problem, time_limit=left, seed=seed, options={"hint": greedy.assignment}
+            why = f"tabu search from the greedy plan ({n} workers > {CPSAT_MAX_WORKERS})"
+        method = "tabu" if current is not greedy else "greedy"
+        return _choose(current, method, why)
+    assert view is not None
+    out = get_solver("cpsat").fn(
+        problem, time_limit=left, seed=seed, options={"hint": current.assignment}
     )
-    return _choose(keep_better(problem, out, greedy.assignment), exact, why)
+    why = (
+        f"tabu search, then the hierarchical CP-SAT model ({n} workers on {len(view.nodes)} nodes)"
+    )
+    return _choose(keep_better(problem, out, current.assignment), "cpsat", why)
 
 
 def _choose(out: SolverOutput, method: str, why: str) -> SolverOutput:

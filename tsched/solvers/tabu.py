@@ -70,7 +70,7 @@ def start_and_pool(
     cap = int(options.get("max_locations", MAX_LOCATIONS))
     if hint is not None:
         start = np.asarray(hint, dtype=np.int64)
-        pool = np.arange(problem.n_locations)
+        pool = _nearest_first(problem, start)
     else:
         from tsched.solvers.greedy import construct_cluster, construct_dense
 
@@ -79,8 +79,19 @@ def start_and_pool(
         else:
             start = construct_dense(problem)
             pool = np.arange(problem.n_locations)
-    extra = np.setdiff1d(pool, start)[: max(0, cap - problem.n_workers)]
+    extra = pool[~np.isin(pool, start)][: max(0, cap - problem.n_workers)]
     return start, extra
+
+
+def _nearest_first(problem: PlacementProblem, start: np.ndarray) -> np.ndarray:
+    """All locations, those whose node meets the start plan's nodes lowest in the hierarchy
+    first (same node, then same leaf, …), in location order within a level."""
+    if problem.cluster is None:
+        return np.arange(problem.n_locations)
+    nodes = problem.location_node()
+    used = np.unique(nodes[start])
+    level = problem.cluster.node_meet_level()[np.ix_(nodes, used)].min(axis=1)
+    return np.argsort(level, kind="stable")
 
 
 def run_chunks(
