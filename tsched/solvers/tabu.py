@@ -5,8 +5,9 @@ greedy plan's GPUs plus free GPUs of the domain it chose (up to ``max_locations`
 dummy facilities so that a swap with one is a move. Each move scans the k×k delta matrix, takes
 the best non-tabu exchange (aspiration: a tabu move that beats the best is allowed; a move back
 to a location left long ago is forced), and updates the matrix in O(1) per untouched pair. Under
-a time limit it runs in chunks, each restarting from the best plan with a fresh tenure (iterated
-tabu), and it stops early when it reaches the best known lower bound.
+a time limit it runs in chunks, each from the best plan (randomly perturbed after a chunk
+without gain: iterated tabu) with a fresh tenure, and it stops early when it reaches the best
+known lower bound.
 
 Compiled with numba when installed; ``_local_kernel`` runs as plain Python otherwise. Not exact:
 ``optimal`` only when the bound meets the result.
@@ -98,29 +99,49 @@ def run_chunks(
     sub: SubProblem, step: Any, limit: float | None, iterations: int, seed: int, target: float
 ) -> tuple[np.ndarray, float, int]:
     """Run ``step(perm, budget, seed) -> (perm, value, moves)`` until the iteration budget or
-    the time limit; each chunk restarts from the best permutation with a derived seed."""
-    perm = np.arange(len(sub.pos), dtype=np.int64)
+    the time limit. Each chunk starts from the best permutation; after a chunk that did not
+    improve it, from the best with a few random exchanges (iterated local search), so a search
+    stuck in one basin moves on. Seeds derive from ``seed``, so a fixed budget repeats."""
+    rng = np.random.default_rng(seed)
+    k = len(sub.pos)
+    perm = np.arange(k, dtype=np.int64)
     best_perm, best = perm, kernel.cost(sub.flow, sub.dist, sub.linear, perm)
     start = time.perf_counter()
     moves = 0
     chunk = 64 if limit is not None else iterations
     round_ = 0
+    begin = best_perm
     while moves < iterations and best > target:
         tick = time.perf_counter()
         budget = min(chunk, iterations - moves)
-        perm, value, made = step(best_perm, budget, seed * 1_000_003 + round_)
+        perm, value, made = step(begin, budget, seed * 1_000_003 + round_)
         moves += max(int(made), 1)
         round_ += 1
         if value < best - 1e-12:
             best, best_perm = value, perm
+            begin = best_perm
+        else:
+            begin = _perturb(best_perm, sub.n_real, rng)
         if limit is not None:
             now = time.perf_counter()
             left = limit - (now - start)
             if left <= 0:
                 break
             per_move = (now - tick) / max(int(made), 1)
-            chunk = int(min(max(64, 0.5 * left / max(per_move, 1e-9)), 50 * len(sub.pos) + 64))
+            chunk = int(min(max(64, 0.5 * left / max(per_move, 1e-9)), 50 * k + 64))
     return best_perm, best, moves
+
+
+def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndarray:
+    """``perm`` with max(2, k/8) random exchanges of a real facility with any other."""
+    out = perm.copy()
+    k = len(perm)
+    for _ in range(max(2, k // 8)):
+        r = int(rng.integers(0, n_real))
+        s = int(rng.integers(0, k - 1))
+        s += s >= r
+        out[r], out[s] = out[s], out[r]
+    return out
 
 
 @register(

@@ -1,0 +1,119 @@
+"""QAPLIB n ≤ 100: tabu search at 1 s and 10 s against scipy's FAQ, best of 10 randomized starts.
+
+Everything runs in one process on the same machine; gaps are relative to QAPLIB's best known
+values (``tests/data/qaplib/index.csv``). FAQ is scipy's ``quadratic_assignment(method="faq")``
+with ``P0="randomized"``, best of 10 seeds, timed as a whole.
+
+    python -m benchmarks.qaplib [--quick] [--limits 1,10] [--max-n 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+
+import numpy as np
+from scipy.optimize import quadratic_assignment
+
+import tsched
+from benchmarks._common import ROOT, machine, markdown_table, write_result
+from tsched.formats.qaplib import qap_cost, read_dat
+
+QAPLIB = ROOT / "tests" / "data" / "qaplib"
+
+
+def faq_best_of(flow: np.ndarray, dist: np.ndarray, restarts: int = 10) -> tuple[int, float]:
+    start = time.perf_counter()
+    best = None
+    for seed in range(restarts):
+        res = quadratic_assignment(
+            flow, dist, method="faq", options={"P0": "randomized", "rng": seed}
+        )
+        value = qap_cost(flow, dist, res.col_ind)
+        best = value if best is None else min(best, value)
+    return int(best), time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="n ≤ 30, every third instance, 1 s only (under 2 minutes)",
+    )
+    parser.add_argument("--limits", default="1,10", help="tabu time limits in seconds")
+    parser.add_argument("--max-n", type=int, default=100)
+    args = parser.parse_args(argv)
+    limits = [1.0] if args.quick else [float(x) for x in args.limits.split(",")]
+    max_n = 30 if args.quick else args.max_n
+    with open(QAPLIB / "index.csv") as handle:
+        rows = [r for r in csv.DictReader(handle) if int(r["n"]) <= max_n]
+    rows.sort(key=lambda r: (int(r["n"]), r["instance"]))
+    if args.quick:
+        rows = rows[::3]
+    # compile the kernel once outside the timings
+    warm = read_dat(QAPLIB / "instances" / "nug12.dat")
+    tsched.solve_qap(warm.flow, warm.distance, method="tabu", options={"iterations": 10})
+
+    table = []
+    gaps: dict[str, list[float]] = {f"tabu {t:g}s": [] for t in limits}
+    gaps["FAQx10"] = []
+    hits: dict[str, int] = {k: 0 for k in gaps}
+    worse_than_faq: dict[str, int] = {k: 0 for k in gaps if k != "FAQx10"}
+    for r in rows:
+        name, n, best = r["instance"], int(r["n"]), int(r["best_known"])
+        inst = read_dat(QAPLIB / "instances" / f"{name}.dat")
+        faq, faq_s = faq_best_of(inst.flow, inst.distance)
+        cells = [name, str(n), str(best)]
+        results = {}
+        for t in limits:
+            res = tsched.solve_qap(inst.flow, inst.distance, method="tabu", time_limit=t, seed=0)
+            results[f"tabu {t:g}s"] = (res.objective, res.wall_time)
+        results["FAQx10"] = (faq, faq_s)
+        for key, (value, seconds) in results.items():
+            gap = 100.0 * (value - best) / best if best else 0.0
+            gaps[key].append(gap)
+            hits[key] += int(value <= best)
+            if key != "FAQx10":
+                worse_than_faq[key] += int(value > faq)
+            cells += [f"{gap:.3f}", f"{seconds:.2f}"]
+        table.append(cells)
+        print(" | ".join(cells), flush=True)
+    header = ["instance", "n", "best known"]
+    for key in gaps:
+        header += [f"{key} gap %", f"{key} s"]
+    summary = [
+        [
+            key,
+            f"{statistics.mean(v):.3f}",
+            f"{statistics.median(v):.3f}",
+            f"{hits[key]}/{len(v)}",
+            str(worse_than_faq.get(key, "—")),
+        ]
+        for key, v in gaps.items()
+    ]
+    text = "\n".join(
+        [
+            "# QAPLIB: tabu search vs scipy FAQ x10\n",
+            f"Machine: {machine()}\n",
+            f"Command: `python -m benchmarks.qaplib{' --quick' if args.quick else ''}`; "
+            f"{len(rows)} instances with n ≤ {max_n}; tabu seed 0.\n",
+            "## Summary\n",
+            markdown_table(
+                ["method", "mean gap %", "median gap %", "best known hit", "worse than FAQx10 on"],
+                summary,
+            )
+            + "\n",
+            "## Per instance\n",
+            markdown_table(header, table) + "\n",
+        ]
+    )
+    print(text)
+    write_result("qaplib-quick" if args.quick else "qaplib", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
