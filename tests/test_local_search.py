@@ -86,3 +86,27 @@ def test_improves_greedy_on_moe_traffic(method: str) -> None:
     result = tsched.solve(problem, method=method, seed=0, options={"iterations": 5000})
     assert result.objective <= greedy.objective
     assert result.bound <= result.objective
+
+
+def test_tenure_option_is_checked() -> None:
+    from tsched.errors import InputError
+
+    inst = read_dat(QAPLIB / "instances" / "nug12.dat")
+    r = tsched.solve_qap(
+        inst.flow, inst.distance, method="tabu", options={"tenure": "10,14", "iterations": 500}
+    )
+    assert r.objective >= 578
+    with pytest.raises(InputError, match=r"option tenure='x' must be two integers"):
+        tsched.solve_qap(inst.flow, inst.distance, method="tabu", options={"tenure": "x"})
+
+
+@pytest.mark.parametrize("method", ["tabu", "anneal"])
+def test_same_seed_same_result_under_an_iteration_budget(method: str) -> None:
+    inst = read_dat(QAPLIB / "instances" / "tai20a.dat")
+    runs = [
+        tsched.solve_qap(
+            inst.flow, inst.distance, method=method, seed=3, options={"iterations": 3000}
+        )
+        for _ in range(2)
+    ]
+    assert np.array_equal(runs[0].assignment, runs[1].assignment)

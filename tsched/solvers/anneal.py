@@ -53,7 +53,7 @@ def calibrate_temperature(sub: Any, seed: int, samples: int = 500) -> tuple[floa
 def anneal(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
-    start, extra = start_and_pool(problem, options, seed, time_limit)
+    start, extra = start_and_pool(problem, options)
     sub = subproblem(problem, start, extra)
     k = len(sub.pos)
     if k < 2 or problem.n_workers < 2:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from tsched.errors import InputError
 from tsched.problem import PlacementProblem
 from tsched.solvers import _local_kernel as kernel
 from tsched.solvers.bounds import best_bound
@@ -64,7 +65,7 @@ def subproblem(problem: PlacementProblem, start: np.ndarray, extra: np.ndarray) 
 
 
 def start_and_pool(
-    problem: PlacementProblem, options: dict[str, Any], seed: int, limit: float | None
+    problem: PlacementProblem, options: dict[str, Any]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The start plan (``hint`` or greedy) and the free locations the search may move to."""
     hint = options.get("hint")
@@ -132,6 +133,20 @@ def run_chunks(
     return best_perm, best, moves
 
 
+def _tenure(value: Any, k: int) -> tuple[int, int]:
+    """The tenure range: default (0.9·k, 1.1·k); a given one must be two integers lo ≤ hi."""
+    if value is None:
+        return max(1, int(0.9 * k)), max(2, int(1.1 * k) + 1)
+    try:
+        lo, hi = (int(v) for v in (value.split(",") if isinstance(value, str) else value))
+    except (TypeError, ValueError):
+        lo, hi = -1, -1
+    if not 0 <= lo <= hi:
+        raise InputError(f"method 'tabu': option tenure={value!r} must be two integers "
+                         "0 <= lo <= hi (e.g. tenure=10,14)")
+    return lo, hi
+
+
 def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndarray:
     """``perm`` with max(2, k/8) random exchanges of a real facility with any other."""
     out = perm.copy()
@@ -152,18 +167,18 @@ def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndar
         "iterations": "moves without a time limit (default 200·k)",
         "hint": "a starting assignment (default: the greedy construction)",
         "max_locations": f"sub-problem size (default {MAX_LOCATIONS})",
-        "tenure": "tabu tenure range as (lo, hi) (default (0.9k, 1.1k))",
+        "tenure": "tabu tenure range lo,hi (default 0.9·k,1.1·k)",
     },
 )
 def tabu(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
-    start, extra = start_and_pool(problem, options, seed, time_limit)
+    start, extra = start_and_pool(problem, options)
     sub = subproblem(problem, start, extra)
     k = len(sub.pos)
     if k < 2 or problem.n_workers < 2:
         return SolverOutput(start, message="tabu: nothing to exchange")
-    lo, hi = options.get("tenure", (max(1, int(0.9 * k)), max(2, int(1.1 * k) + 1)))
+    lo, hi = _tenure(options.get("tenure"), k)
     iterations = int(options.get("iterations", 200 * k if time_limit is None else 10**12))
     known, _ = best_bound(problem)
     target = -np.inf if known is None else known + 1e-9 * max(1.0, abs(known))
