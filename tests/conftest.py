@@ -50,6 +50,25 @@ def fabric(nodes: int, per_leaf: int, gpus: int = 8) -> Cluster:
     )
 
 
+def moe_problem() -> PlacementProblem:
+    """A Mixtral-like MoE job (TP2 x EP8 x DP4, 64 workers) on 8 nodes, 4 per leaf."""
+    from tsched.workload import Layout, ModelSpec, Workload
+
+    moe = ModelSpec(
+        params_b=47,
+        expert_params_b=45,
+        hidden=4096,
+        layers=32,
+        seq_len=4096,
+        micro_batches=8,
+        experts=8,
+        top_k=2,
+    )
+    return PlacementProblem.build(
+        fabric(8, 4), Workload.from_layout("moe", Layout(tp=2, dp=4, ep=8), moe)
+    )
+
+
 def brute_force(problem: PlacementProblem) -> tuple[float, np.ndarray]:
     """Exact optimum by enumerating every injection of workers into locations (tiny only)."""
     n, m = problem.n_workers, problem.n_locations

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import MODELS, fabric
+from conftest import MODELS, fabric, moe_problem
 
 import tsched
 from tsched.cli import main
@@ -99,18 +99,7 @@ def test_milp_json_output_stays_clean(capsys, tmp_path) -> None:
 
 @pytest.mark.parametrize("method", ["cpsat", "milp"])
 def test_never_worse_than_the_start(method: str) -> None:
-    moe = ModelSpec(
-        params_b=47,
-        expert_params_b=45,
-        hidden=4096,
-        layers=32,
-        seq_len=4096,
-        micro_batches=8,
-        experts=8,
-        top_k=2,
-    )
-    w = Workload.from_layout("moe", Layout(tp=2, dp=4, ep=8), moe)
-    problem = PlacementProblem.build(fabric(8, 4), w)
+    problem = moe_problem()
     greedy = tsched.solve(problem, method="greedy")
     result = tsched.solve(
         problem, method=method, time_limit=1.0, options={"hint": greedy.assignment}

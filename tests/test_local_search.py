@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import QAPLIB, fabric
+from conftest import QAPLIB, moe_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +12,6 @@ import tsched
 from tsched.formats.qaplib import read_dat
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers import _local_kernel as kernel
-from tsched.workload import Layout, ModelSpec, Workload
 
 
 def random_case(seed: int, n: int, k: int):
@@ -69,19 +68,7 @@ def test_reaches_nug12_optimum(method: str) -> None:
 
 @pytest.mark.parametrize("method", ["tabu", "anneal"])
 def test_improves_greedy_on_moe_traffic(method: str) -> None:
-    moe = ModelSpec(
-        params_b=47,
-        expert_params_b=45,
-        hidden=4096,
-        layers=32,
-        seq_len=4096,
-        micro_batches=8,
-        experts=8,
-        top_k=2,
-    )
-    problem = PlacementProblem.build(
-        fabric(8, 4), Workload.from_layout("moe", Layout(tp=2, dp=4, ep=8), moe)
-    )
+    problem = moe_problem()
     greedy = tsched.solve(problem, method="greedy")
     result = tsched.solve(problem, method=method, seed=0, options={"iterations": 5000})
     assert result.objective <= greedy.objective
