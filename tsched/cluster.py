@@ -490,6 +490,19 @@ class Cluster:
         """
         return self._expand(self.node_link_index(), self.type_intra_link, gpus)
 
+    def cost_tables(self, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
+        """Cached seconds-per-GB tables: (N, N) between nodes (0 on the diagonal) and
+        (types, g, g) inside each node type (0 on the diagonal)."""
+        key = f"cost_tables_{np.dtype(dtype).name}"
+        tables = self._cache.get(key)
+        if tables is None:
+            cost = np.concatenate([[0.0], self.link_seconds_per_gb]).astype(dtype)
+            tables = self._cache[key] = (
+                _readonly(cost[self.node_link_index().astype(np.int64) + 1]),
+                _readonly(cost[self.type_intra_link.astype(np.int64) + 1]),
+            )
+        return tables
+
     def distance_matrix(
         self, gpus: Sequence[int] | np.ndarray | None = None, dtype: type = np.float64
     ) -> np.ndarray:
@@ -501,15 +514,8 @@ class Cluster:
         about a second to build. Solvers at that scale use :meth:`pair_seconds_per_gb` and the
         node-level tables instead.
         """
-        key = f"node_cost_{np.dtype(dtype).name}"
-        tables = self._cache.get(key)
-        if tables is None:
-            cost = np.concatenate([[0.0], self.link_seconds_per_gb]).astype(dtype)
-            tables = self._cache[key] = (
-                _readonly(cost[self.node_link_index().astype(np.int64) + 1]),
-                _readonly(cost[self.type_intra_link.astype(np.int64) + 1]),
-            )
-        return self._expand(tables[0], tables[1], gpus)
+        node_cost, type_cost = self.cost_tables(dtype)
+        return self._expand(node_cost, type_cost, gpus)
 
     def meet_level_matrix(self, gpus: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         """(g, g) int8: 0 for GPUs on one node, ``k`` (1-based) for ``levels[k-1]``."""

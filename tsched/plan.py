@@ -102,11 +102,10 @@ class PlacementResult:
         by_link: dict[str, float] = {}
         if self.assignment is not None:
             cl = problem.cluster
+            gpus = problem.locations[self.assignment]
             if cl is None:
-                gpus = problem.locations[self.assignment]
                 entries = tuple(PlanEntry(int(w), "qap", int(g)) for w, g in enumerate(gpus))
             else:
-                gpus = problem.locations[self.assignment]
                 nodes = cl.gpu_node[gpus]
                 local = cl.gpu_local[gpus]
                 entries = tuple(

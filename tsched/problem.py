@@ -244,6 +244,30 @@ class PlacementProblem:
             return np.zeros((self.n_locations, 0), dtype=np.int32)
         return self.cluster.node_group[self.location_node()]
 
+    def node_blocks(self) -> list[tuple[int, int, int, np.ndarray]]:
+        """Per cluster node with usable GPUs: (node, first location, end location, distances).
+
+        Locations are in global GPU order, so a node's usable GPUs are the contiguous slice
+        ``first:end``; ``distances`` is their (g, g) seconds-per-GB matrix. Cached; empty for a
+        raw QAP.
+        """
+        cached = self._cache.get("node_blocks")
+        if cached is None:
+            cached = []
+            if self.cluster is not None:
+                nodes = self.location_node()
+                bounds = np.r_[0, np.flatnonzero(np.diff(nodes)) + 1, len(nodes)]
+                for lo, hi in zip(bounds[:-1], bounds[1:]):
+                    block = self.cluster.distance_matrix(self.locations[lo:hi])
+                    cached.append((int(nodes[lo]), int(lo), int(hi), block))
+            self._cache["node_blocks"] = cached
+        return cached
+
+    def intra_node_costs(self) -> np.ndarray:
+        """Distinct distances between two usable GPUs of one node (sorted; empty if none)."""
+        values = [b[~np.eye(len(b), dtype=bool)] for _, _, _, b in self.node_blocks() if len(b) > 1]
+        return np.unique(np.concatenate(values)) if values else np.zeros(0)
+
     def min_pair_distance(self) -> float:
         """Smallest distance between two distinct locations (a lower bound on any pair's cost)."""
         cached = self._cache.get("dmin")
@@ -257,15 +281,8 @@ class PlacementProblem:
             value = float(np.min(d[~np.eye(m, dtype=bool)]))
         else:
             cl = self.cluster
-            nodes = self.location_node()
-            values = []
-            uniq, first, counts = np.unique(nodes, return_index=True, return_counts=True)
-            for start, count in zip(first, counts):
-                if count > 1:  # locations are in global order, so a node's GPUs are contiguous
-                    idx = self.locations[start : start + count]
-                    a, b = np.meshgrid(idx, idx)
-                    off = a != b
-                    values.append(cl.pair_seconds_per_gb(a[off], b[off]).min())
+            uniq = np.unique(self.location_node())
+            values = list(self.intra_node_costs()[:1])
             if len(uniq) > 1:
                 meet = cl.node_meet_level()[np.ix_(uniq, uniq)]
                 levels = np.unique(meet[meet > 0])

@@ -63,14 +63,7 @@ def hierarchical_view(problem: PlacementProblem) -> tuple[HierarchicalView | Non
     locs = problem.locations
     node_of_loc = cl.gpu_node[locs]
     nodes, capacity = np.unique(node_of_loc, return_counts=True)
-    intra = set()
-    for node, count in zip(nodes, capacity):
-        if count > 1:
-            mates = locs[node_of_loc == node]
-            a, b = np.meshgrid(mates, mates)
-            off = a != b
-            values = np.unique(np.round(cl.pair_seconds_per_gb(a[off], b[off]), 15))
-            intra.update(values.tolist())
+    intra = set(np.unique(np.round(problem.intra_node_costs(), 15)).tolist())
     if len(intra) > 1:
         return None, "usable nodes differ in intra-node link cost (GPUs not interchangeable)"
     level_cost = [float(c) for c in cl.link_seconds_per_gb[cl.level_link.astype(np.int64)]]
@@ -103,8 +96,7 @@ def assignment_from_nodes(
     problem: PlacementProblem, view: HierarchicalView, node_of_worker: np.ndarray
 ) -> np.ndarray:
     """Location indices for a worker → model-node assignment (free GPUs of a node in order)."""
-    node_of_loc = problem.cluster.gpu_node[problem.locations]  # type: ignore[union-attr]
-    slots = {int(n): list(np.flatnonzero(node_of_loc == n)) for n in view.nodes}
+    slots = {node: list(range(lo, hi)) for node, lo, hi, _ in problem.node_blocks()}
     out = np.empty(problem.n_workers, dtype=np.int64)
     for w, k in enumerate(node_of_worker):
         out[w] = slots[int(view.nodes[k])].pop(0)

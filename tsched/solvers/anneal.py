@@ -14,12 +14,19 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem
-from tsched.solvers import _local_kernel as kernel
 from tsched.solvers.bounds import best_bound
+from tsched.solvers.greedy import subproblem
 from tsched.solvers.registry import SolverOutput, register
-from tsched.solvers.tabu import MAX_LOCATIONS, run_chunks, start_and_pool, subproblem
+from tsched.solvers.tabu import MAX_LOCATIONS, run_chunks, start_and_pool
 
 __all__ = ["anneal", "calibrate_temperature"]
+
+
+def _kernel() -> Any:
+    """The compiled kernels, imported on first use (numba is slow to import)."""
+    from tsched.solvers import _local_kernel
+
+    return _local_kernel
 
 
 def calibrate_temperature(sub: Any, seed: int, samples: int = 500) -> tuple[float, float]:
@@ -32,7 +39,7 @@ def calibrate_temperature(sub: Any, seed: int, samples: int = 500) -> tuple[floa
         r = int(rng.integers(0, sub.n_real))
         s = int(rng.integers(0, k - 1))
         s += s >= r
-        value = kernel.swap_delta(sub.flow, sub.dist, sub.linear, perm, r, s)
+        value = _kernel().swap_delta(sub.flow, sub.dist, sub.linear, perm, r, s)
         if value > 0:
             ups.append(value)
     mean = float(np.mean(ups)) if ups else 1.0
@@ -65,7 +72,7 @@ def anneal(
     cycle = max(1000, 50 * k * k)
 
     def step(perm: np.ndarray, budget: int, chunk_seed: int) -> Any:
-        return kernel.anneal(
+        return _kernel().anneal(
             sub.flow,
             sub.dist,
             sub.linear,

@@ -21,11 +21,18 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers import _bnb_kernel as kernel
 from tsched.solvers.bounds import min_scalar_products
 from tsched.solvers.registry import SolverOutput, get_solver, register
 
 __all__ = ["bnb", "reference_branch_and_bound"]
+
+
+def _kernel() -> Any:
+    """The compiled kernels, imported on first use (numba is slow to import)."""
+    from tsched.solvers import _bnb_kernel
+
+    return _bnb_kernel
+
 
 #: Time limit used when none is given (seconds).
 DEFAULT_TIME_LIMIT = 60.0
@@ -74,7 +81,7 @@ def bnb(
         )
         hint = greedy.assignment
     best_perm = np.asarray(hint, dtype=np.int64).copy()
-    best_value = float(kernel.full_cost(flow, dist, linear, best_perm))
+    best_value = float(_kernel().full_cost(flow, dist, linear, best_perm))
     integral = bool(
         np.all(flow == np.round(flow))
         and np.all(dist == np.round(dist))
@@ -94,7 +101,7 @@ def bnb(
     root_bound = -np.inf
     while depth[0] >= 0:
         tick = time.perf_counter()
-        best_value, explored, root = kernel.search(
+        best_value, explored, root = _kernel().search(
             flow,
             dist,
             linear,
@@ -122,7 +129,7 @@ def bnb(
     proved = bool(depth[0] < 0)
     stats = {
         "nodes": nodes,
-        "kernel": "numba" if kernel.HAVE_NUMBA else "python",
+        "kernel": "numba" if _kernel().HAVE_NUMBA else "python",
         "root_bound": None if not np.isfinite(root_bound) else float(root_bound),
     }
     message = (

@@ -142,11 +142,7 @@ def _location_profiles(problem: PlacementProblem, depth: int) -> tuple[np.ndarra
         for k in range(len(cl.levels))
     ]
     keys: dict[tuple[Any, ...], list[int]] = {}
-    starts = np.r_[0, np.flatnonzero(np.diff(nodes)) + 1, len(nodes)]
-    for lo, hi in zip(starts[:-1], starts[1:]):  # locations are in global order: nodes contiguous
-        node = int(nodes[lo])
-        mates = locs[lo:hi]
-        block = cl.distance_matrix(mates)
+    for node, lo, hi, block in problem.node_blocks():
         counts = tuple(int(level_free[k][node]) for k in range(len(cl.levels)))
         for r in range(hi - lo):
             intra = tuple(np.sort(np.delete(block[r], r)).tolist())
@@ -234,13 +230,8 @@ def spectral_bound(
     locs = problem.locations
     nodes = cl.gpu_node[locs]
     node_free = np.bincount(nodes, minlength=cl.n_nodes)
-    # cheapest intra-node distance among usable pairs
-    d0 = np.inf
-    for node in np.flatnonzero(node_free > 1):
-        mates = locs[nodes == node]
-        a, b = np.meshgrid(mates, mates)
-        off = a != b
-        d0 = min(d0, float(cl.pair_seconds_per_gb(a[off], b[off]).min()))
+    intra = problem.intra_node_costs()  # cheapest intra-node distance among usable pairs
+    d0 = float(intra[0]) if len(intra) else np.inf
     level_cost = [float(c) for c in cl.link_seconds_per_gb[cl.level_link.astype(np.int64)]]
     if not level_cost:
         return None  # a single node: basic_bound is exact for uniform nodes

@@ -88,25 +88,23 @@ def cpsat(
     return keep_better(problem, _solve_flat(problem, hint, remaining, seed, workers), hint)
 
 
-class _Recorder:
-    """CP-SAT solution callback: records (seconds, float objective) of each improving solution."""
+def _recorder(evaluate: Any) -> Any:
+    """A CP-SAT solution callback recording (seconds, float objective) of each improving
+    solution in ``.curve`` (built here so that OR-Tools is imported only when CP-SAT runs)."""
+    from ortools.sat.python import cp_model
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        from ortools.sat.python import cp_model
+    class Recorder(cp_model.CpSolverSolutionCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.start = time.perf_counter()
+            self.curve: list[tuple[float, float]] = []
 
-        class Recorder(cp_model.CpSolverSolutionCallback):
-            def __init__(self, evaluate: Any) -> None:
-                super().__init__()
-                self.evaluate = evaluate
-                self.start = time.perf_counter()
-                self.curve: list[tuple[float, float]] = []
+        def on_solution_callback(self) -> None:
+            value = evaluate(self)
+            if not self.curve or value < self.curve[-1][1]:
+                self.curve.append((round(time.perf_counter() - self.start, 4), value))
 
-            def on_solution_callback(self) -> None:
-                value = self.evaluate(self)
-                if not self.curve or value < self.curve[-1][1]:
-                    self.curve.append((round(time.perf_counter() - self.start, 4), value))
-
-        return Recorder(*args, **kwargs)
+    return Recorder()
 
 
 def _canonical_nodes(
@@ -221,7 +219,7 @@ def _solve_hierarchical(
     def evaluate(cb: Any) -> float:
         return view.cost(np.array([cb.Value(v) for v in node]))
 
-    recorder = _Recorder(evaluate)
+    recorder = _recorder(evaluate)
     status = solver.Solve(m, recorder)
     name = solver.StatusName(status)
     stats: dict[str, Any] = {
@@ -306,7 +304,7 @@ def _solve_flat(
     def evaluate(cb: Any) -> float:
         return objective(problem, _decode(cb, x))
 
-    recorder = _Recorder(evaluate)
+    recorder = _recorder(evaluate)
     status = solver.Solve(m, recorder)
     name = solver.StatusName(status)
     stats = {

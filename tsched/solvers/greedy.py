@@ -21,6 +21,7 @@ Not exact: status ``optimal`` only when the lower bound meets the objective.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,14 @@ from tsched.problem import PlacementProblem, objective, swap_deltas_dense
 from tsched.solvers.baselines import domain_columns
 from tsched.solvers.registry import SolverOutput, register
 
-__all__ = ["greedy", "local_search", "construct_cluster", "construct_dense"]
+__all__ = [
+    "greedy",
+    "local_search",
+    "construct_cluster",
+    "construct_dense",
+    "SubProblem",
+    "subproblem",
+]
 
 _OPTIONS = {
     "refine": "run the swap refinement (default true)",
@@ -149,13 +157,12 @@ def _grow(problem: PlacementProblem, sym: sp.csr_array, locs: np.ndarray) -> np.
     n = problem.n_workers
     loc_node = problem.location_node()[locs]
     nodes_used, node_of = np.unique(loc_node, return_inverse=True)
-    cost = np.concatenate([[0.0], cl.link_seconds_per_gb])
-    node_cost = cost[cl.node_link_index()[np.ix_(nodes_used, nodes_used)].astype(np.int64) + 1]
-    intra = np.zeros(len(nodes_used))
+    all_nodes, type_cost = cl.cost_tables()
+    node_cost = all_nodes[np.ix_(nodes_used, nodes_used)]
+    intra = np.zeros(len(nodes_used))  # mean intra-node distance of each node's type
     for u, node in enumerate(nodes_used):
-        table = cost[cl.type_intra_link[cl.node_type_index[node]].astype(np.int64) + 1]
         g = int(cl.gpus_per_node[node])
-        intra[u] = table[:g, :g].sum() / max(g * (g - 1), 1)
+        intra[u] = type_cost[cl.node_type_index[node], :g, :g].sum() / max(g * (g - 1), 1)
     top = float(max(node_cost.max(initial=0.0), intra.max(initial=0.0)))
     indptr, indices, data = sym.indptr, sym.indices, sym.data
     assignment = np.empty(n, dtype=np.int64)
@@ -211,6 +218,37 @@ def construct_dense(problem: PlacementProblem) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- refinement
+@dataclass(frozen=True)
+class SubProblem:
+    """Dense matrices of a sub-problem: positions ``pos`` (problem locations), flows, costs."""
+
+    pos: np.ndarray  # (k,) problem location of each position; the first n hold the start plan
+    flow: np.ndarray  # (k, k), zero rows for dummies
+    dist: np.ndarray  # (k, k)
+    linear: np.ndarray  # (k, k)
+    n_real: int
+
+    def assignment(self, perm: np.ndarray) -> np.ndarray:
+        return self.pos[perm[: self.n_real]]
+
+
+def subproblem(problem: PlacementProblem, start: np.ndarray, extra: np.ndarray) -> SubProblem:
+    """The start plan's locations plus ``extra`` free ones, as dense matrices."""
+    n = problem.n_workers
+    pos = np.concatenate([np.asarray(start, dtype=np.int64), np.asarray(extra, dtype=np.int64)])
+    k = len(pos)
+    flow = np.zeros((k, k))
+    flow[:n, :n] = problem.flow_dense()
+    if problem.cluster is not None and problem._cache.get("distance") is None:
+        dist = problem.cluster.distance_matrix(problem.locations[pos])
+    else:
+        dist = np.ascontiguousarray(problem.distance()[np.ix_(pos, pos)])
+    linear = np.zeros((k, k))
+    if problem.linear is not None:
+        linear[:n] = problem.linear[:, pos]
+    return SubProblem(pos, flow, dist, linear, n)
+
+
 def local_search(
     problem: PlacementProblem,
     assignment: np.ndarray,
@@ -225,18 +263,9 @@ def local_search(
     k = workers + extra; row/column dot products are updated in O(k) per swap.
     """
     n = problem.n_workers
-    pos = np.concatenate([assignment, np.asarray(extra, dtype=np.int64)])
-    k = len(pos)
-    f = np.zeros((k, k))
-    f[:n, :n] = problem.flow_dense()
-    if problem.cluster is not None and problem._cache.get("distance") is None:
-        d = problem.cluster.distance_matrix(problem.locations[pos])
-    else:
-        d = problem.distance()[np.ix_(pos, pos)]
-    lin = None
-    if problem.linear is not None:
-        lin = np.zeros((k, k))
-        lin[:n] = problem.linear[:, pos]
+    sub = subproblem(problem, assignment, extra)
+    pos, f, d = sub.pos, sub.flow, sub.dist  # fresh arrays, updated in place below
+    lin = sub.linear if problem.linear is not None else None
     rowdot = np.einsum("ij,ij->i", f, d)
     coldot = np.einsum("ij,ij->j", f, d)
     swaps = 0

@@ -16,52 +16,28 @@ Compiled with numba when installed; ``_local_kernel`` runs as plain Python other
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem
-from tsched.solvers import _local_kernel as kernel
 from tsched.solvers.bounds import best_bound
+from tsched.solvers.greedy import SubProblem, construct_cluster, construct_dense, subproblem
 from tsched.solvers.registry import SolverOutput, register
 
 __all__ = ["tabu", "SubProblem", "subproblem", "run_chunks"]
 
+
+def _kernel() -> Any:
+    """The compiled kernels, imported on first use (numba is slow to import)."""
+    from tsched.solvers import _local_kernel
+
+    return _local_kernel
+
+
 #: Largest sub-problem (locations) searched by default.
 MAX_LOCATIONS = 1024
-
-
-@dataclass(frozen=True)
-class SubProblem:
-    """Dense matrices of a sub-problem: positions ``pos`` (problem locations), flows, costs."""
-
-    pos: np.ndarray  # (k,) problem location of each position; the first n hold the start plan
-    flow: np.ndarray  # (k, k), zero rows for dummies
-    dist: np.ndarray  # (k, k)
-    linear: np.ndarray  # (k, k)
-    n_real: int
-
-    def assignment(self, perm: np.ndarray) -> np.ndarray:
-        return self.pos[perm[: self.n_real]]
-
-
-def subproblem(problem: PlacementProblem, start: np.ndarray, extra: np.ndarray) -> SubProblem:
-    """The start plan's locations plus ``extra`` free ones, as dense matrices."""
-    n = problem.n_workers
-    pos = np.concatenate([np.asarray(start, dtype=np.int64), np.asarray(extra, dtype=np.int64)])
-    k = len(pos)
-    flow = np.zeros((k, k))
-    flow[:n, :n] = problem.flow_dense()
-    if problem.cluster is not None and problem._cache.get("distance") is None:
-        dist = problem.cluster.distance_matrix(problem.locations[pos])
-    else:
-        dist = np.ascontiguousarray(problem.distance()[np.ix_(pos, pos)])
-    linear = np.zeros((k, k))
-    if problem.linear is not None:
-        linear[:n] = problem.linear[:, pos]
-    return SubProblem(pos, flow, dist, linear, n)
 
 
 def start_and_pool(
@@ -74,8 +50,6 @@ def start_and_pool(
         start = np.asarray(hint, dtype=np.int64)
         pool = _nearest_first(problem, start)
     else:
-        from tsched.solvers.greedy import construct_cluster, construct_dense
-
         if problem.cluster is not None:
             start, pool, _ = construct_cluster(problem)
         else:
@@ -106,7 +80,7 @@ def run_chunks(
     rng = np.random.default_rng(seed)
     k = len(sub.pos)
     perm = np.arange(k, dtype=np.int64)
-    best_perm, best = perm, kernel.cost(sub.flow, sub.dist, sub.linear, perm)
+    best_perm, best = perm, _kernel().cost(sub.flow, sub.dist, sub.linear, perm)
     start = time.perf_counter()
     moves = 0
     chunk = 64 if limit is not None else iterations
@@ -142,8 +116,10 @@ def _tenure(value: Any, k: int) -> tuple[int, int]:
     except (TypeError, ValueError):
         lo, hi = -1, -1
     if not 0 <= lo <= hi:
-        raise InputError(f"method 'tabu': option tenure={value!r} must be two integers "
-                         "0 <= lo <= hi (e.g. tenure=10,14)")
+        raise InputError(
+            f"method 'tabu': option tenure={value!r} must be two integers "
+            "0 <= lo <= hi (e.g. tenure=10,14)"
+        )
     return lo, hi
 
 
@@ -184,7 +160,7 @@ def tabu(
     target = -np.inf if known is None else known + 1e-9 * max(1.0, abs(known))
 
     def step(perm: np.ndarray, budget: int, chunk_seed: int) -> Any:
-        return kernel.tabu_search(
+        return _kernel().tabu_search(
             sub.flow,
             sub.dist,
             sub.linear,
@@ -203,5 +179,5 @@ def tabu(
         sub.assignment(perm),
         iterations=moves,
         message=f"tabu: {moves} moves over {k} locations",
-        stats={"locations": k, "kernel": "numba" if kernel.HAVE_NUMBA else "python"},
+        stats={"locations": k, "kernel": "numba" if _kernel().HAVE_NUMBA else "python"},
     )
