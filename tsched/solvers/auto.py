@@ -3,11 +3,14 @@
 1. Run the topology-aware greedy (fast at any size) and compute the best lower bound
    (:func:`tsched.solvers.bounds.best_bound`). If they meet, the greedy plan is proved optimal.
 2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound.
-3. Otherwise robust tabu search improves the greedy plan (up to :data:`TABU_MAX_WORKERS`
-   workers), stopping early if it reaches the bound: with all the time left, or with a third of
-   it when the hierarchical CP-SAT model (worker → node, up to :data:`CPSAT_MAX_WORKERS`
-   workers, GPUs of a node interchangeable) can then try to prove optimality from that plan.
-4. The best plan found stands, with the best bound and its gap.
+3. On a cluster, the hierarchical decomposition (top-down partitioning + sparse local search)
+   runs too, and the better plan of the two goes on (MoE all-to-all traffic is where the
+   partitioning wins; whole nodes and leaves where greedy's domain choice does).
+4. Robust tabu search improves that plan (up to :data:`TABU_MAX_WORKERS` workers), stopping
+   early if it reaches the bound: with all the time left, or with a third of it when the
+   hierarchical CP-SAT model (worker → node, up to :data:`CPSAT_MAX_WORKERS` workers, GPUs of a
+   node interchangeable) can then try to prove optimality from that plan.
+5. The best plan found stands, with the best bound and its gap.
 
 The choice and the reason are in ``result.stats["auto_choice"]`` / ``["auto_reason"]`` and in
 the message. Without a time limit, ``auto`` allows itself :data:`DEFAULT_TIME_LIMIT` seconds.
@@ -22,6 +25,7 @@ from typing import Any
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import hierarchical_view
 from tsched.solvers.bounds import best_bound
+from tsched.solvers.hierarchical import sparse_refine
 from tsched.solvers.registry import SolverOutput, get_solver, keep_better, register
 
 __all__ = ["auto", "DEFAULT_TIME_LIMIT", "BNB_MAX", "CPSAT_MAX_WORKERS"]
@@ -64,31 +68,53 @@ def auto(
         return _choose(keep_better(problem, out, greedy.assignment), "bnb", why)
     view, reason = (None, "raw QAP") if problem.cluster is None else hierarchical_view(problem)
     exact = view is not None and n <= CPSAT_MAX_WORKERS
+    current, label = greedy, "greedy"
+    if problem.cluster is not None:
+        left = limit - (time.perf_counter() - start)
+        hier = get_solver("hierarchical").fn(
+            problem, time_limit=max(0.05, left / 3), seed=seed, options={}
+        )
+        if objective(problem, hier.assignment) < value - tol:
+            current, label = hier, "hierarchical"
+        elif n > TABU_MAX_WORKERS:  # greedy skips its dense swaps at this size
+            refined, moves = sparse_refine(problem, greedy.assignment, start + limit, seed=seed)
+            message = f"{greedy.message} + {moves} sparse moves"
+            current = replace(greedy, assignment=refined, message=message)
+        best = objective(problem, current.assignment)
+        if bound is not None and best - bound <= tol:
+            return _choose(current, label, f"{label} meets the {source} bound: proved optimal")
     # improve the start by tabu search: all the time left, or a third of it before CP-SAT
     left = limit - (time.perf_counter() - start)
     share = left / 3 if exact else left
-    current = greedy
     if left > 0.1 and problem.n_workers <= TABU_MAX_WORKERS:
         searched = get_solver("tabu").fn(
-            problem, time_limit=share, seed=seed, options={"hint": greedy.assignment}
+            problem, time_limit=share, seed=seed, options={"hint": current.assignment}
         )
-        current = keep_better(problem, searched, greedy.assignment)
+        if (
+            searched.assignment is not None
+            and objective(problem, searched.assignment)
+            < objective(problem, current.assignment) - tol
+        ):
+            current, label = searched, "tabu"
         if objective(problem, current.assignment) - (bound if bound is not None else -1e300) <= tol:
-            return _choose(current, "tabu", f"tabu search reached the {source} bound")
+            return _choose(current, label, f"{label} reached the {source} bound")
     left = limit - (time.perf_counter() - start)
     if not exact or left <= 0.05:
+        searched = "tabu search from " if n <= TABU_MAX_WORKERS else ""
         if view is None:
-            why = f"tabu search from the greedy plan (no exact model: {reason})"
+            why = f"{searched}the best of greedy and hierarchical (no exact model: {reason})"
         else:
-            why = f"tabu search from the greedy plan ({n} workers > {CPSAT_MAX_WORKERS})"
-        method = "tabu" if current is not greedy else "greedy"
-        return _choose(current, method, why)
+            why = (
+                f"{searched}the best of greedy and hierarchical ({n} workers > {CPSAT_MAX_WORKERS})"
+            )
+        return _choose(current, label, why)
     assert view is not None
     out = get_solver("cpsat").fn(
         problem, time_limit=left, seed=seed, options={"hint": current.assignment}
     )
     why = (
-        f"tabu search, then the hierarchical CP-SAT model ({n} workers on {len(view.nodes)} nodes)"
+        f"greedy, hierarchical and tabu search, then the hierarchical CP-SAT model "
+        f"({n} workers on {len(view.nodes)} nodes)"
     )
     return _choose(keep_better(problem, out, current.assignment), "cpsat", why)
 

@@ -36,6 +36,7 @@ __all__ = [
     "local_search",
     "construct_cluster",
     "construct_dense",
+    "candidate_sets",
     "SubProblem",
     "subproblem",
 ]
@@ -113,13 +114,18 @@ def _nodes_needed(cols: np.ndarray, chosen: np.ndarray, n: int) -> int:
     return int(np.searchsorted(np.cumsum(counts), n) + 1)
 
 
-def construct_cluster(
+def candidate_sets(
     problem: PlacementProblem, per_level: int = 4
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Best graph-growing assignment over candidate domains; returns (assignment, domain, info)."""
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Candidate sets of exactly n locations: (level name, domain locations, chosen locations).
+
+    For each level, the ``per_level`` domains holding the job with the fewest nodes; inside
+    each, the first n GPUs in depth-first order (emptiest sub-domains first) and the same
+    restricted to the fewest, fullest nodes. Duplicates are dropped.
+    """
     n = problem.n_workers
     names, cols = domain_columns(problem)
-    candidates: list[tuple[int, np.ndarray]] = []
+    domains: list[tuple[int, np.ndarray]] = []
     for k in range(cols.shape[1]):
         ids, counts = np.unique(cols[:, k], return_counts=True)
         fitting = ids[counts >= n]
@@ -127,27 +133,36 @@ def construct_cluster(
             continue
         doms = [np.flatnonzero(cols[:, k] == g) for g in fitting]
         doms.sort(key=lambda d: (_nodes_needed(cols, d, n), len(d)))
-        candidates.extend((k, d) for d in doms[:per_level])
-    if not candidates:  # no single domain holds the job: the whole cluster
-        candidates.append((len(names), np.arange(problem.n_locations)))
-    flow = problem.flow_csr()
-    sym = (flow + flow.T).tocsr()
-    best: tuple[float, np.ndarray, np.ndarray, int] | None = None
-    tried = set()
-    for k, dom in candidates:
+        domains.extend((k, d) for d in doms[:per_level])
+    if not domains:  # no single domain holds the job: the whole cluster
+        domains.append((len(names), np.arange(problem.n_locations)))
+    out: list[tuple[str, np.ndarray, np.ndarray]] = []
+    seen = set()
+    for k, dom in domains:
         ordered = _domain_order(cols, dom, min(k, cols.shape[1] - 1))
         for locs in (ordered[:n], _fewest_nodes(cols, ordered, n)):
             key = np.sort(locs).tobytes()
-            if key in tried:
-                continue
-            tried.add(key)
-            assignment = _grow(problem, sym, locs)
-            value = objective(problem, assignment)
-            if best is None or value < best[0] - 1e-12:
-                best = (value, assignment, dom, k)
+            if key not in seen:
+                seen.add(key)
+                out.append((names[k] if k < len(names) else "cluster", dom, locs))
+    return out
+
+
+def construct_cluster(
+    problem: PlacementProblem, per_level: int = 4
+) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Best graph-growing assignment over candidate domains; returns (assignment, domain, info)."""
+    flow = problem.flow_csr()
+    sym = (flow + flow.T).tocsr()
+    best: tuple[float, np.ndarray, np.ndarray, str] | None = None
+    candidates = candidate_sets(problem, per_level)
+    for level, dom, locs in candidates:
+        assignment = _grow(problem, sym, locs)
+        value = objective(problem, assignment)
+        if best is None or value < best[0] - 1e-12:
+            best = (value, assignment, dom, level)
     assert best is not None
-    level = names[best[3]] if best[3] < len(names) else "cluster"
-    return best[1], best[2], {"domain_level": level, "domains_tried": len(tried)}
+    return best[1], best[2], {"domain_level": best[3], "domains_tried": len(candidates)}
 
 
 def _grow(problem: PlacementProblem, sym: sp.csr_array, locs: np.ndarray) -> np.ndarray:

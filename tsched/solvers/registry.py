@@ -35,6 +35,7 @@ _BUILTIN_MODULES = (
     "tsched.solvers.bnb",
     "tsched.solvers.tabu",
     "tsched.solvers.anneal",
+    "tsched.solvers.hierarchical",
     "tsched.solvers.cpsat",
     "tsched.solvers.milp",
     "tsched.solvers.auto",

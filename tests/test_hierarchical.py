@@ -1,0 +1,223 @@
+"""Hierarchical decomposition: partitioning kernels, the nested domain tree, sparse local
+search, and the method on fragmented, mixed and PCIe clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from conftest import brute_force, fabric, moe_problem, small_cluster
+
+import tsched
+from tsched.cluster import Cluster, LinkClass, Node, NodeType
+from tsched.problem import PlacementProblem, objective
+from tsched.solvers import _sparse_kernel as K
+from tsched.solvers.hierarchical import (
+    have_metis,
+    nested_keys,
+    partition,
+    sparse_refine,
+    symmetric_graph,
+)
+from tsched.workload import Layout, ModelSpec, Workload
+
+PARTITIONERS = ["grow", "metis"] if have_metis() else ["grow"]
+
+
+def random_graph(seed: int, n: int, density: float = 0.3) -> sp.csr_array:
+    rng = np.random.default_rng(seed)
+    w = rng.random((n, n)) * (rng.random((n, n)) < density)
+    w = np.triu(w, 1)
+    g = sp.csr_array(w + w.T)
+    g.sort_indices()
+    return g
+
+
+def csr(g: sp.csr_array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return g.indptr.astype(np.int64), g.indices.astype(np.int64), g.data.astype(float)
+
+
+def cut_of(g: sp.csr_array, part: np.ndarray) -> float:
+    coo = sp.triu(g, 1).tocoo()
+    return float(coo.data[part[coo.row] != part[coo.col]].sum())
+
+
+def py(fn):
+    """The plain-Python version of a kernel (numba's ``py_func``), or the function itself."""
+    return getattr(fn, "py_func", fn)
+
+
+# ---------------------------------------------------------------------- partitioning kernels
+@pytest.mark.parametrize("seed", range(4))
+def test_grow_and_refine_keep_sizes_and_cut_only_falls(seed: int) -> None:
+    g = random_graph(seed, 24)
+    sizes = np.array([8, 7, 5, 4])
+    part = K.grow_parts(*csr(g), sizes)
+    assert np.array_equal(np.bincount(part, minlength=4), sizes)
+    before = cut_of(g, part)
+    assert K.cut(*csr(g), part) == pytest.approx(before)
+    K.refine_parts(*csr(g), part, 4, 50)
+    assert np.array_equal(np.bincount(part, minlength=4), sizes)
+    assert cut_of(g, part) <= before + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_kernels_match_plain_python(seed: int) -> None:
+    g = random_graph(seed, 20)
+    sizes = np.array([6, 6, 8])
+    a = K.grow_parts(*csr(g), sizes)
+    b = py(K.grow_parts)(*csr(g), sizes)
+    assert np.array_equal(a, b)
+    swaps_a = K.refine_parts(*csr(g), a, 3, 50)
+    swaps_b = py(K.refine_parts)(*csr(g), b, 3, 50)
+    assert swaps_a == swaps_b and np.array_equal(a, b)
+    skewed = np.zeros(20, dtype=np.int64)  # everything in part 0: rebalance must spread it
+    r1 = K.rebalance(*csr(g), skewed.copy(), sizes)
+    r2 = py(K.rebalance)(*csr(g), skewed.copy(), sizes)
+    assert np.array_equal(r1, r2) and np.array_equal(np.bincount(r1, minlength=3), sizes)
+
+
+@pytest.mark.parametrize("partitioner", PARTITIONERS)
+def test_partition_separates_disjoint_cliques(partitioner: str) -> None:
+    block = np.ones((4, 4)) - np.eye(4)
+    g = sp.csr_array(sp.block_diag([block * 3, block * 2, block]).toarray())
+    part, value, used = partition(g, np.array([4, 4, 4]), partitioner)
+    assert value == 0.0 and used == partitioner
+    for k in range(3):
+        assert len(set(part[4 * k : 4 * k + 4])) == 1
+
+
+def test_partition_rejects_wrong_sizes() -> None:
+    with pytest.raises(ValueError, match="sum to 5"):
+        partition(random_graph(0, 6), np.array([2, 3]))
+
+
+# ---------------------------------------------------------------------- the tree of domains
+def test_nested_keys_nest_levels_that_do_not() -> None:
+    # leaf l0 spans both spines: (spine, leaf) pairs must become distinct domains
+    links = {"nv": LinkClass("nv", 450), "leaf": LinkClass("leaf", 50)}
+    links["spine"] = LinkClass("spine", 25)
+    types = {"box": NodeType("box", 2, intra="nv")}
+    nodes = (
+        Node("a", "box", {"leaf": "l0", "spine": "s0"}),
+        Node("b", "box", {"leaf": "l0", "spine": "s1"}),
+        Node("c", "box", {"leaf": "l1", "spine": "s1"}),
+    )
+    cl = Cluster("odd", links, ("leaf", "spine"), types, nodes)
+    p = PlacementProblem.build(cl, Workload.from_matrix("w", np.ones((2, 2)) - np.eye(2)))
+    keys = nested_keys(p)
+    assert keys.shape == (6, 4)  # root, spine, leaf (keyed by spine), node
+    assert len(np.unique(keys[:, 2])) == 3  # (s0,l0), (s1,l0), (s1,l1)
+    for depth in range(1, keys.shape[1]):  # every domain has exactly one parent
+        for d in np.unique(keys[:, depth]):
+            assert len(np.unique(keys[keys[:, depth] == d, depth - 1])) == 1
+
+
+# ---------------------------------------------------------------------- sparse local search
+@pytest.mark.parametrize("seed", range(3))
+def test_sparse_refine_improves_and_stays_valid(seed: int) -> None:
+    problem = moe_problem()
+    start = np.random.default_rng(seed).permutation(problem.n_locations)[: problem.n_workers]
+    refined, moves = sparse_refine(problem, start, seed=seed)
+    assert len(np.unique(refined)) == problem.n_workers
+    assert moves > 0
+    assert objective(problem, refined) < objective(problem, start)
+
+
+def test_sparse_refine_change_matches_objective_and_plain_python() -> None:
+    problem = PlacementProblem.build(
+        small_cluster(busy={"n1": (0,)}), Workload.from_matrix("w", _traffic(0, 9))
+    )
+    start = np.arange(problem.n_workers)
+    outs = []
+    for kernel in (K.local_search, py(K.local_search)):
+        from tsched.solvers import hierarchical as H
+
+        original = K.local_search
+        try:
+            K.local_search = kernel
+            refined, moves = H.sparse_refine(problem, start.copy())
+        finally:
+            K.local_search = original
+        outs.append((refined, moves))
+    assert np.array_equal(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
+    assert objective(problem, outs[0][0]) <= objective(problem, start)
+
+
+def _traffic(seed: int, n: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    f = rng.random((n, n)) * (rng.random((n, n)) < 0.5)
+    np.fill_diagonal(f, 0)
+    return f
+
+
+# ---------------------------------------------------------------------- the method
+@pytest.mark.parametrize("seed", range(3))
+def test_equals_brute_force_on_small_hierarchies(seed: int) -> None:
+    cl = small_cluster(busy={"n0": (0, 1), "n3": (1,)}, gpus=2)
+    problem = PlacementProblem.build(cl, Workload.from_matrix("w", _traffic(seed, 4)))
+    optimum, _ = brute_force(problem)
+    result = tsched.solve(problem, method="hierarchical", seed=0)
+    assert result.objective == pytest.approx(optimum)
+
+
+def test_beats_greedy_on_moe_all_to_all() -> None:
+    problem = moe_problem()
+    hier = tsched.solve(problem, method="hierarchical", seed=0)
+    greedy = tsched.solve(problem, method="greedy", seed=0)
+    assert hier.objective <= greedy.objective * 1.001
+    auto = tsched.solve(problem, method="auto", seed=0, time_limit=2)
+    assert auto.objective <= min(hier.objective, greedy.objective) + 1e-9
+
+
+def test_respects_busy_gpus_and_keeps_tp_groups_on_one_node() -> None:
+    busy = {f"n{i}": (0, 1, 2, 3) for i in range(0, 8, 2)}  # every other node half busy
+    cl = fabric(8, 4).with_busy(busy)
+    model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
+    wl = Workload.from_layout("j", Layout(tp=4, pp=2, dp=4), model)
+    problem = PlacementProblem.build(cl, wl)
+    result = tsched.solve(problem, method="hierarchical", seed=0)
+    gpus = problem.locations[result.assignment]
+    assert not cl.busy_mask[gpus].any()
+    node = cl.gpu_node[gpus]
+    assert all(len(set(node[g * 4 : g * 4 + 4])) == 1 for g in range(8))
+
+
+def test_mixed_node_types_and_pcie_matrix() -> None:
+    pcie = tsched.load_cluster("pcie-8gpu")
+    nt = next(iter(pcie.node_types.values()))
+    dgx = NodeType("dgx", 8, "H100", 80, intra=next(iter(pcie.links)))
+    links = dict(pcie.links)
+    links["leaf"] = LinkClass("leaf", 25)
+    cl = Cluster(
+        "mixed",
+        links,
+        ("leaf",),
+        {nt.name: nt, "dgx": dgx},
+        (
+            Node("p0", nt.name, {"leaf": "l0"}, busy=(3,)),
+            Node("p1", nt.name, {"leaf": "l0"}),
+            Node("d0", "dgx", {"leaf": "l0"}, busy=(0, 5)),
+        ),
+    )
+    model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
+    wl = Workload.from_layout("j", Layout(tp=2, pp=2, dp=4), model)
+    problem = PlacementProblem.build(cl, wl)
+    result = tsched.solve(problem, method="hierarchical", seed=0)
+    assert result.status in ("feasible", "optimal")
+    assert not cl.busy_mask[problem.locations[result.assignment]].any()
+    # no single exchange or move within the used nodes improves the plan any more
+    again, moves = sparse_refine(problem, result.assignment)
+    assert moves == 0 and objective(problem, again) == pytest.approx(result.objective)
+
+
+def test_symmetric_graph_has_both_directions() -> None:
+    f = np.zeros((3, 3))
+    f[0, 1], f[1, 0], f[2, 0] = 2.0, 1.0, 4.0
+    g = symmetric_graph(PlacementProblem.from_qap(f, np.ones((3, 3)) - np.eye(3)))
+    assert g.toarray().tolist() == [[0, 3, 4], [3, 0, 0], [4, 0, 0]]
+
+
+def test_bad_partitioner_option() -> None:
+    with pytest.raises(tsched.InputError, match="partitioner='kl'"):
+        tsched.solve(moe_problem(), method="hierarchical", options={"partitioner": "kl"})

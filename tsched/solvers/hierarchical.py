@@ -1,0 +1,337 @@
+"""Hierarchical decomposition (``method="hierarchical"``): top-down partitioning, then sparse
+local search on the whole problem.
+
+This is the process-mapping approach (as in VieM's top-down mapping), extended to clusters that
+are not complete, uniform or empty:
+
+1. The usable GPUs form a tree: top-level domains, their sub-domains, …, nodes, GPUs (levels
+   that are not nested are made so by keying each domain by its parent).
+2. Top-down, the workers of a domain are split among its children. The children used are the
+   fewest that hold the workers, taken by free capacity (a child that holds everything alone:
+   the one needing the fewest nodes, then the tightest fit), so part sizes are exactly what each
+   child has free — busy GPUs and half-free nodes are respected, not assumed away.
+3. Each split is a graph partition of the job's traffic with those exact sizes, minimising the
+   traffic cut: by graph growing (the part takes the worker with the most traffic to it) or by
+   METIS (``pymetis``, then rebalanced to the exact sizes); Kernighan–Lin exchanges refine
+   either. ``partitioner=best`` (the default) runs both and keeps the smaller cut.
+4. On a node, workers take its free GPUs in order; then a sparse local search over the whole
+   problem tries, for every worker, exchanges and moves with each GPU of its own node and of
+   the nodes its traffic partners use — the only moves that can lower its cost — until none
+   improves. Intra-node link matrices (PCIe servers) are priced exactly there.
+
+A raw QAP has no hierarchy: the method then runs the dense greedy construction and swaps.
+Not exact: ``optimal`` only when the lower bound meets the result.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from tsched.errors import InputError
+from tsched.problem import PlacementProblem, objective
+from tsched.solvers.baselines import domain_columns
+from tsched.solvers.greedy import candidate_sets, construct_dense, local_search
+from tsched.solvers.registry import SolverOutput, register
+
+__all__ = ["hierarchical", "partition", "sparse_refine", "nested_keys", "PARTITIONERS"]
+
+PARTITIONERS = ("best", "grow", "metis")
+
+
+def _kernel() -> Any:
+    from tsched.solvers import _sparse_kernel
+
+    return _sparse_kernel
+
+
+def have_metis() -> bool:
+    return importlib.util.find_spec("pymetis") is not None
+
+
+# ---------------------------------------------------------------------- partitioning
+def symmetric_graph(problem: PlacementProblem) -> sp.csr_array:
+    """Traffic in both directions, f + fᵀ, as CSR with sorted indices and no zeros."""
+    flow = problem.flow_csr()
+    sym = (flow + flow.T).tocsr()
+    sym.setdiag(0)
+    sym.eliminate_zeros()
+    sym.sort_indices()
+    return sym
+
+
+def _csr(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (
+        graph.indptr.astype(np.int64),
+        graph.indices.astype(np.int64),
+        graph.data.astype(np.float64),
+    )
+
+
+def _metis(graph: sp.csr_array, sizes: np.ndarray, seed: int) -> np.ndarray:
+    import pymetis
+
+    indptr, indices, w = _csr(graph)
+    top = float(w.max(initial=0.0))
+    # METIS wants positive integer weights: scale so the heaviest edge is 10⁶
+    weights = np.maximum(1, np.round(w * (1e6 / top))).astype(np.int64) if top > 0 else None
+    options = pymetis.Options(seed=int(seed) % (2**31), contig=0)
+    tp = (sizes / sizes.sum()).tolist()
+    _, parts = pymetis.part_graph(
+        len(sizes),
+        adjacency=pymetis.CSRAdjacency(indptr, indices),
+        eweights=weights,
+        tpwgts=tp,
+        options=options,
+    )
+    return np.asarray(parts, dtype=np.int64)
+
+
+def partition(
+    graph: sp.csr_array, sizes: np.ndarray, partitioner: str = "best", seed: int = 0
+) -> tuple[np.ndarray, float, str]:
+    """Split the vertices of ``graph`` into parts of exactly ``sizes`` vertices (sum = vertex
+    count) with a small traffic cut. Returns (part per vertex, cut, partitioner used)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    s = graph.shape[0]
+    if int(sizes.sum()) != s:
+        raise ValueError(f"part sizes sum to {int(sizes.sum())}, graph has {s} vertices")
+    if len(sizes) == 1:
+        return np.zeros(s, dtype=np.int64), 0.0, "single"
+    k = _kernel()
+    indptr, indices, w = _csr(graph)
+    tries = []
+    if partitioner in ("best", "grow"):
+        tries.append(("grow", k.grow_parts(indptr, indices, w, sizes)))
+    if partitioner in ("best", "metis") and have_metis() and graph.nnz:
+        part = _metis(graph, sizes, seed)
+        tries.append(("metis", k.rebalance(indptr, indices, w, part, sizes)))
+    if not tries:  # metis asked for but missing, or no edges
+        tries.append(("grow", k.grow_parts(indptr, indices, w, sizes)))
+    best: tuple[np.ndarray, float, str] | None = None
+    for name, part in tries:
+        k.refine_parts(indptr, indices, w, part, len(sizes), 50)
+        value = float(k.cut(indptr, indices, w, part))
+        if best is None or value < best[1] - 1e-12 * max(1.0, value):
+            best = (part, value, name)
+    assert best is not None
+    return best
+
+
+# ---------------------------------------------------------------------- the tree of domains
+def nested_keys(problem: PlacementProblem) -> np.ndarray:
+    """(m, L + 2) domain ids per location, top first: [root, top level, …, node], each keyed by
+    its parent so the levels nest even when the cluster's do not."""
+    _, cols = domain_columns(problem)  # [node, level1, …]
+    m = problem.n_locations
+    keys = [np.zeros(m, dtype=np.int64)]
+    for k in range(cols.shape[1] - 1, -1, -1):
+        pair = np.stack([keys[-1], cols[:, k].astype(np.int64)], axis=1)
+        _, inv = np.unique(pair, axis=0, return_inverse=True)
+        keys.append(inv.reshape(-1).astype(np.int64))
+    return np.stack(keys, axis=1)
+
+
+def _choose_children(
+    child: np.ndarray, node: np.ndarray, n: int
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Which children of a domain take how many of its ``n`` workers.
+
+    ``child``/``node``: child id and node id of each free location of the domain. One child
+    when one holds all (the one needing the fewest nodes, then the smallest); otherwise the
+    fewest children by free capacity (ties: fewer nodes needed), the last one the smallest that
+    holds the remainder.
+    """
+    ids, inv, counts = np.unique(child, return_inverse=True, return_counts=True)
+    members = [np.flatnonzero(inv == c) for c in range(len(ids))]
+    need = np.array([_nodes_needed(node[mem], min(n, len(mem))) for mem in members])
+    fits = np.flatnonzero(counts >= n)
+    if len(fits):
+        c = fits[np.lexsort((counts[fits], need[fits]))[0]]
+        return [members[c]], np.array([n])
+    order = list(np.lexsort((need, -counts)))
+    chosen, sizes, left = [], [], n
+    while left > 0:
+        head = order[0]
+        if counts[head] >= left:  # the last part: the tightest child that holds the rest
+            fitting = [c for c in order if counts[c] >= left]
+            head = min(fitting, key=lambda c: (_nodes_needed(node[members[c]], left), counts[c]))
+        order.remove(head)
+        take = min(left, int(counts[head]))
+        chosen.append(members[head])
+        sizes.append(take)
+        left -= take
+    return chosen, np.array(sizes)
+
+
+def _nodes_needed(nodes: np.ndarray, n: int) -> int:
+    counts = np.sort(np.unique(nodes, return_counts=True)[1])[::-1]
+    return int(np.searchsorted(np.cumsum(counts), n) + 1)
+
+
+def _fill_node(members: np.ndarray, node: np.ndarray, n: int) -> np.ndarray:
+    """``n`` locations of ``members`` (one domain), fullest nodes first, in location order."""
+    ids, inv, counts = np.unique(node[members], return_inverse=True, return_counts=True)
+    order = np.lexsort((members, -counts[inv]))
+    return members[order][:n]
+
+
+def decompose(
+    problem: PlacementProblem,
+    graph: sp.csr_array,
+    partitioner: str,
+    seed: int,
+    locations: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The top-down assignment (steps 2-3 of the module docstring) onto ``locations`` (default:
+    all usable ones) and what it did."""
+    keys = nested_keys(problem)
+    node = keys[:, -1]
+    n = problem.n_workers
+    assignment = np.empty(n, dtype=np.int64)
+    used: dict[str, int] = {}
+    cut_total = 0.0
+    start = np.arange(problem.n_locations) if locations is None else np.asarray(locations)
+    # stack of (workers, their domain's locations, depth of that domain in ``keys``)
+    stack = [(np.arange(n), start, 0)]
+    while stack:
+        workers, locs, depth = stack.pop()
+        if depth == keys.shape[1] - 1:  # one node: its GPUs in order
+            assignment[workers] = np.sort(locs)[: len(workers)]
+            continue
+        groups, sizes = _choose_children(keys[locs, depth + 1], node[locs], len(workers))
+        if len(groups) == 1:
+            stack.append((workers, locs[groups[0]], depth + 1))
+            continue
+        sub = graph[workers][:, workers]
+        part, value, name = partition(sub, sizes, partitioner, seed)
+        used[name] = used.get(name, 0) + 1
+        cut_total += value
+        for p, members in enumerate(groups):
+            stack.append((workers[part == p], locs[members], depth + 1))
+    return assignment, {"partitions": used, "partition_cut": cut_total}
+
+
+# ---------------------------------------------------------------------- sparse refinement
+def sparse_refine(
+    problem: PlacementProblem,
+    assignment: np.ndarray,
+    deadline: float | None = None,
+    graph: sp.csr_array | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, int]:
+    """Sparse local search (step 4) from ``assignment``; returns (assignment, moves).
+
+    Runs pass by pass until no move improves or ``deadline`` (``time.perf_counter`` seconds).
+    Needs a cluster and no per-location linear costs; otherwise returns the input unchanged.
+    """
+    cl = problem.cluster
+    if cl is None or problem.linear is not None or problem.n_workers < 1:
+        return np.asarray(assignment, dtype=np.int64), 0
+    graph = symmetric_graph(problem) if graph is None else graph
+    indptr, indices, w = _csr(graph)
+    nodes = problem.location_node()
+    used_nodes, loc_node = np.unique(nodes, return_inverse=True)
+    loc_node = loc_node.astype(np.int64)
+    bounds = np.r_[0, np.flatnonzero(np.diff(loc_node)) + 1, len(loc_node)]
+    node_cost, type_cost = cl.cost_tables()
+    node_cost = np.ascontiguousarray(node_cost[np.ix_(used_nodes, used_nodes)])
+    assign = np.array(assignment, dtype=np.int64)
+    occ = np.full(problem.n_locations, -1, dtype=np.int64)
+    occ[assign] = np.arange(problem.n_workers)
+    order = np.random.default_rng(seed).permutation(problem.n_workers).astype(np.int64)
+    args = (
+        indptr,
+        indices,
+        w,
+        assign,
+        occ,
+        loc_node,
+        cl.gpu_local[problem.locations].astype(np.int64),
+        bounds[:-1].astype(np.int64),
+        bounds[1:].astype(np.int64),
+        node_cost,
+        cl.node_type_index[used_nodes].astype(np.int64),
+        np.ascontiguousarray(type_cost),
+        order,
+    )
+    moves = 0
+    while True:
+        _, made = _kernel().local_search(*args, 1)
+        moves += int(made)
+        if made == 0 or (deadline is not None and time.perf_counter() > deadline):
+            break
+    return assign, moves
+
+
+# ---------------------------------------------------------------------- the method
+@register(
+    "hierarchical",
+    description="top-down partitioning per level (graph growing / METIS) + sparse local search",
+    options={
+        "partitioner": "best (default: both, the smaller cut), grow, or metis (needs pymetis)",
+        "refine": "run the sparse local search (default true)",
+    },
+)
+def hierarchical(
+    problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
+) -> SolverOutput:
+    start = time.perf_counter()
+    deadline = None if time_limit is None else start + time_limit
+    partitioner = str(options.get("partitioner", "best"))
+    if partitioner not in PARTITIONERS:
+        raise InputError(
+            f"method 'hierarchical': option partitioner={partitioner!r} must be one of "
+            f"{', '.join(PARTITIONERS)}"
+        )
+    if partitioner == "metis" and not have_metis():
+        raise InputError(
+            "method 'hierarchical': partitioner=metis needs pymetis (pip install pymetis)"
+        )
+    if problem.cluster is None:
+        assignment = construct_dense(problem)
+        pool = np.setdiff1d(np.arange(problem.n_locations), assignment)
+        assignment, swaps = local_search(problem, assignment, pool, deadline)
+        return SolverOutput(
+            assignment,
+            iterations=swaps,
+            message=f"hierarchical: no hierarchy (raw QAP): greedy + {swaps} swaps",
+        )
+    graph = symmetric_graph(problem)
+    names = ("grow", "metis") if partitioner == "best" and have_metis() else (partitioner,)
+    if names == ("best",):
+        names = ("grow",)
+    sets: list[tuple[str, np.ndarray | None]] = [
+        (level, locs) for level, _, locs in candidate_sets(problem)
+    ]
+    sets.append(("free choice", None))
+    best: tuple[float, np.ndarray, dict[str, Any]] | None = None
+    tried = 0
+    for level, locs in sets:
+        for name in names:
+            if best is not None and deadline is not None:
+                if time.perf_counter() > start + 0.5 * (deadline - start):
+                    break
+            assignment, info = decompose(problem, graph, name, seed, locs)
+            value = objective(problem, assignment)
+            tried += 1
+            if best is None or value < best[0] - 1e-12 * max(1.0, abs(value)):
+                best = (value, assignment, {**info, "locations": level, "partitioner": name})
+    assert best is not None
+    assignment, stats = best[1], best[2]
+    stats["candidates_tried"] = tried
+    stats["decompose_seconds"] = round(time.perf_counter() - start, 4)
+    moves = 0
+    if options.get("refine", True):
+        assignment, moves = sparse_refine(problem, assignment, deadline, graph, seed)
+    return SolverOutput(
+        assignment,
+        iterations=moves,
+        message=f"hierarchical: {tried} decompositions, best on {stats['locations']} "
+        f"locations by {stats['partitioner']}; {moves} improving moves",
+        stats=stats,
+    )
