@@ -9,6 +9,7 @@ Seeded and reproducible under an iteration budget. Not exact.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -53,18 +54,21 @@ def calibrate_temperature(sub: Any, seed: int, samples: int = 500) -> tuple[floa
     description="simulated annealing, calibrated temperature, reheats; numba kernel",
     options={
         "iterations": "moves without a time limit (default 2000·k)",
-        "hint": "a starting assignment (default: the greedy construction)",
+        "hint": "a starting assignment (default: greedy; raw QAPs: the better of greedy and FAQ)",
         "max_locations": f"sub-problem size (default {MAX_LOCATIONS})",
     },
 )
 def anneal(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
-    start, extra = start_and_pool(problem, options)
+    begin = time.perf_counter()
+    start, extra = start_and_pool(problem, options, seed, time_limit)
     sub = subproblem(problem, start, extra)
     k = len(sub.pos)
     if k < 2 or problem.n_workers < 2:
         return SolverOutput(start, message="anneal: nothing to exchange")
+    if time_limit is not None:
+        time_limit = max(0.0, time_limit - (time.perf_counter() - begin))
     t_start, t_end = calibrate_temperature(sub, seed)
     iterations = int(options.get("iterations", 2000 * k if time_limit is None else 10**12))
     known, _ = best_bound(problem)

@@ -87,9 +87,9 @@ def auto(
     left = limit - (time.perf_counter() - start)
     share = left / 3 if exact else left
     if left > 0.1 and problem.n_workers <= TABU_MAX_WORKERS:
-        searched = get_solver("tabu").fn(
-            problem, time_limit=share, seed=seed, options={"hint": current.assignment}
-        )
+        # a raw QAP: no hint, so tabu starts from the better of greedy and FAQ
+        hint = {} if problem.cluster is None else {"hint": current.assignment}
+        searched = get_solver("tabu").fn(problem, time_limit=share, seed=seed, options=hint)
         if (
             searched.assignment is not None
             and objective(problem, searched.assignment)

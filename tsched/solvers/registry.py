@@ -36,6 +36,7 @@ _BUILTIN_MODULES = (
     "tsched.solvers.tabu",
     "tsched.solvers.anneal",
     "tsched.solvers.hierarchical",
+    "tsched.solvers.faq",
     "tsched.solvers.cpsat",
     "tsched.solvers.milp",
     "tsched.solvers.auto",

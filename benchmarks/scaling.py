@@ -1,0 +1,82 @@
+"""Scaling curve: seconds against cluster size for ``auto`` and ``hierarchical``.
+
+Leaf/spine fabrics of 8-GPU nodes from 1,024 to 16,384 GPUs, each with a 3D-parallel job on a
+quarter of its GPUs (TP8 × PP8 × DP, 256 → 4,096 workers), whole and fragmented (a third of the
+nodes half busy, a sixth fully busy). Every row is one fresh problem, so the seconds include the
+lower bound (``auto`` computes it; it is most of the time at 4,096 workers) and every cache
+warm-up. Target: ``auto`` within 60 s for 4,096 workers on 16,384 GPUs on 2 cores, within 5 %
+of the bound.
+
+    python -m benchmarks.scaling [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import tsched
+from benchmarks._common import machine, markdown_table, write_result
+from benchmarks.clusters import fabric, job
+from tsched.cluster import Cluster
+from tsched.problem import PlacementProblem
+
+
+def scatter(cluster: Cluster, seed: int = 0) -> Cluster:
+    """A third of the nodes half busy and a sixth fully busy, chosen at random (seeded)."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(cluster.n_nodes)
+    half, full = order[: cluster.n_nodes // 3], order[cluster.n_nodes // 3 : cluster.n_nodes // 2]
+    busy = {cluster.nodes[i].name: sorted(rng.choice(8, 4, replace=False).tolist()) for i in half}
+    busy.update({cluster.nodes[i].name: list(range(8)) for i in full})
+    return cluster.with_busy(busy)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="up to 4,096 GPUs")
+    parser.add_argument("--time-limit", type=float, default=None, help="auto's limit")
+    args = parser.parse_args(argv)
+    sizes = (1024, 2048, 4096) if args.quick else (1024, 2048, 4096, 8192, 16384)
+    tsched.solve(  # compile the kernels outside the timings
+        PlacementProblem.build(fabric(8, 4, 2), job(8, 2, 2)), method="hierarchical"
+    )
+    rows = []
+    for gpus in sizes:
+        nodes = gpus // 8
+        base = fabric(nodes, 16, 8)
+        workload = job(8, 8, gpus // 4 // 64)
+        for label, cluster in (("whole", base), ("fragmented", scatter(base))):
+            cells = [f"{gpus:,}", label, f"{workload.workers:,}"]
+            for method in ("auto", "hierarchical"):
+                problem = PlacementProblem.build(cluster, workload)
+                start = time.perf_counter()
+                limit = args.time_limit if method == "auto" else None
+                result = tsched.solve(problem, method=method, seed=0, time_limit=limit)
+                seconds = time.perf_counter() - start
+                gap = "" if result.gap is None else f"{100 * result.gap:.2f}"
+                cells += [f"{seconds:.2f}", f"{result.objective:.2f}", gap]
+            rows.append(cells)
+            print(" | ".join(cells), flush=True)
+    header = ["GPUs", "cluster", "workers"]
+    for method in ("auto", "hierarchical"):
+        header += [f"{method} s", f"{method} objective", f"{method} gap %"]
+    text = "\n".join(
+        [
+            "# Scaling curve\n",
+            f"Machine: {machine()}\n",
+            f"Command: `python -m benchmarks.scaling{' --quick' if args.quick else ''}`\n",
+            "Seconds per fresh problem, bound included (the gap is to tsched's best lower "
+            "bound: the spectral cut bound up to 4,096 workers).\n",
+            markdown_table(header, rows) + "\n",
+        ]
+    )
+    print(text)
+    write_result("scaling-quick" if args.quick else "scaling", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
