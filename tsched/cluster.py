@@ -40,11 +40,19 @@ class LinkClass:
         GB/s per GPU per direction (> 0).
     latency : float
         One-way latency in µs (≥ 0). Not part of the placement objective; used by time models.
+    provenance : str
+        Where the bandwidth comes from: ``measured``, ``imported``, ``advertised`` (a vendor's
+        figure) or ``default`` (a generic figure tsched filled in); empty when not stated.
+    measured_at : str
+        ISO 8601 UTC time of the measurement (``measured`` only), so stale figures can be
+        refused.
     """
 
     name: str
     bandwidth: float
     latency: float = 0.0
+    provenance: str = ""
+    measured_at: str = ""
 
     @property
     def seconds_per_gb(self) -> float:

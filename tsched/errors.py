@@ -11,6 +11,7 @@ __all__ = [
     "TschedError",
     "InputError",
     "SolverNotAvailableError",
+    "DiscoveryError",
     "SolverError",
     "ExecutorError",
 ]
@@ -42,5 +43,12 @@ class SolverError(TschedError):
 
 class ExecutorError(TschedError):
     """An executor (Ray, Kubernetes, Dynamo) failed; whatever it created has been cleaned up."""
+
+    exit_code = 3
+
+
+class DiscoveryError(TschedError):
+    """A live collector could not read the machine (no driver, no permission, a node failed);
+    the message says which and what to install or check."""
 
     exit_code = 3

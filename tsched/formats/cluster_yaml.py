@@ -35,6 +35,8 @@ __all__ = [
 ]
 
 CLUSTER_VERSION = "cluster/v1"
+#: Allowed ``links.<k>.provenance`` values ("" = not stated).
+PROVENANCES = ("", "measured", "imported", "advertised", "default")
 _TOP_KEYS = (
     "tsched",
     "name",
@@ -93,13 +95,21 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
             spec,
             where,
             required=("bandwidth",),
-            optional=("latency",),
+            optional=("latency", "provenance", "measured_at"),
             example="{bandwidth: 50, latency: 5}",
         )
+        provenance = str(spec.get("provenance", ""))
+        if provenance not in PROVENANCES:
+            raise ck.fail(
+                join(where, "provenance"),
+                f"expected one of {', '.join(PROVENANCES[1:])}, got {provenance!r}",
+            )
         links[key] = LinkClass(
             key,
             ck.number(spec["bandwidth"], join(where, "bandwidth"), positive=True),
             ck.number(spec.get("latency", 0.0), join(where, "latency"), minimum=0.0),
+            provenance,
+            str(spec.get("measured_at", "")),
         )
 
     levels_doc = ck.sequence(doc.get("levels", []), "levels", example="[leaf, spine]")
@@ -295,14 +305,20 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
         "tsched": CLUSTER_VERSION,
         "name": cluster.name,
         **({"description": cluster.description} if cluster.description else {}),
-        "links": {
-            k: {"bandwidth": _num(v.bandwidth), "latency": _num(v.latency)}
-            for k, v in cluster.links.items()
-        },
+        "links": {k: _link_dict(v) for k, v in cluster.links.items()},
         "levels": list(cluster.levels),
         "node_types": types,
         "nodes": nodes,
     }
+
+
+def _link_dict(link: LinkClass) -> dict[str, Any]:
+    out: dict[str, Any] = {"bandwidth": _num(link.bandwidth), "latency": _num(link.latency)}
+    if link.provenance:
+        out["provenance"] = link.provenance
+    if link.measured_at:
+        out["measured_at"] = link.measured_at
+    return out
 
 
 def write_cluster(cluster: Cluster, path: str | os.PathLike[str]) -> None:

@@ -1,0 +1,107 @@
+"""The ``nvidia-smi topo -m`` reader on real recorded outputs and on broken ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import DATA
+
+import tsched
+from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo, read_topo
+from tsched.workload import Workload
+
+TOPO = DATA / "nvidia-smi-topo"
+FILES = sorted(TOPO.glob("*.txt"))
+
+PCIE_ONLY = """\
+        GPU0    GPU1    GPU2    GPU3    CPU Affinity    NUMA Affinity
+GPU0     X      PIX     SOC     SYS     0-15            0
+GPU1    PIX      X      SYS     SYS     0-15            0
+GPU2    SOC     SYS      X      PIX     16-31           1
+GPU3    SYS     SYS     PIX      X      16-31           1
+"""
+
+
+def test_every_fixture_reads() -> None:
+    assert len(FILES) == 3
+    for path in FILES:
+        topo = read_topo(path)
+        assert topo.gpus == tuple(f"GPU{i}" for i in range(8))
+        for i in range(8):
+            assert topo.links[i][i] == "X"
+            assert all(t.startswith("NV") for j, t in enumerate(topo.links[i]) if j != i)
+        cluster = cluster_from_topo(topo, "host", gpu_model="H100")
+        assert cluster.n_gpus == 8
+
+
+def test_hgx_h200_tabs_ansi_nics_and_numa() -> None:
+    text = (TOPO / "hgx-h200-8gpu-10nic.txt").read_text()
+    assert "\x1b[4m" in text and "\t" in text  # the fixture really has both
+    topo = parse_topo(text)
+    assert len(topo.nics) == 10 and topo.nic_names["NIC9"] == "mlx5_9"
+    assert topo.numa_affinity == ("0",) * 4 + ("1",) * 4
+    assert topo.cpu_affinity[4] == "64-127,192-255"
+    assert topo.gpu_numa_id == ("N/A",) * 8
+    near = topo.nearest_nics()
+    assert near["GPU0"] == ["mlx5_3"] and near["GPU3"] == ["mlx5_0", "mlx5_1", "mlx5_2"]
+    # the same output space-aligned reads the same
+    spaced = text.replace("\x1b[4m", "").replace("\x1b[0m", "").replace("\t", "    ")
+    assert parse_topo(spaced).links == topo.links
+    assert parse_topo(spaced).gpu_nic == topo.gpu_nic
+
+
+def test_a100_vm_pxb_pairs_and_nv12_bandwidth() -> None:
+    topo = read_topo(TOPO / "a100-sxm-8gpu-17nic-vm.txt")
+    assert topo.nic_names["NIC16"] == "mlx5_bond_0"
+    assert topo.nearest_nics()["GPU7"] == ["mlx5_14", "mlx5_15", "mlx5_16", "mlx5_17"]
+    cluster = cluster_from_topo(topo, gpu_model="NVIDIA A100-SXM4-80GB")
+    assert cluster.links["NV12"].bandwidth == 300.0  # 12 links × 25 GB/s per direction
+    b200 = cluster_from_topo(topo, gpu_model="B200")
+    assert b200.links["NV12"].bandwidth == 600.0
+
+
+def test_older_layout_without_nics_or_gpu_numa_id() -> None:
+    topo = read_topo(TOPO / "h100-sxm-8gpu-gpu-rows-only.txt")
+    assert topo.nics == () and topo.gpu_numa_id == ()
+    assert topo.numa_affinity[7] == "1"
+
+
+def test_pcie_server_gives_a_priced_intra_matrix() -> None:
+    topo = parse_topo(PCIE_ONLY)
+    assert topo.links[0][2] == "SYS"  # SOC is the old name of SYS
+    cluster = cluster_from_topo(topo)
+    d = cluster.distance_matrix()
+    assert d[0, 1] < d[0, 2]  # PIX is faster than SYS
+    pair = Workload.from_matrix("pair", np.array([[0, 1.0], [1.0, 0]]))
+    result = tsched.solve(tsched.PlacementProblem.build(cluster, pair), method="auto")
+    assert result.status == "optimal"
+    gpus = sorted(result.plan().assignment[i].gpu for i in range(2))
+    assert gpus in ([0, 1], [2, 3])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("hello\nworld\n", "no header line with GPU0"),
+        (
+            PCIE_ONLY.replace("GPU3    SYS     SYS     PIX      X      16-31           1\n", ""),
+            "no row for GPU3",
+        ),
+        (
+            PCIE_ONLY.replace("GPU1    PIX      X      SYS     SYS", "GPU1    PIX      X      SYS"),
+            ":3: row GPU1 has",
+        ),
+        (
+            PCIE_ONLY.replace("GPU1    PIX      X      SYS", "GPU1    PIX      X      QPI"),
+            "unknown link token 'QPI'",
+        ),
+        (
+            PCIE_ONLY.replace("GPU1    PIX      X      SYS", "GPU1    PXB      X      SYS"),
+            "inconsistent matrix: GPU0→GPU1 is PIX but GPU1→GPU0 is PXB",
+        ),
+        (PCIE_ONLY + "garbage line here\n", ":6: expected a row starting GPU# or NIC#"),
+    ],
+)
+def test_bad_input_names_the_line(text: str, message: str) -> None:
+    with pytest.raises(tsched.InputError, match=message.replace("(", r"\(")):
+        parse_topo(text, "topo.txt")

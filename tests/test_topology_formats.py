@@ -1,0 +1,187 @@
+"""Slurm topology.conf (tree, block), Topograph models and node labels, KAI/Kueue Topology."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DATA, MODELS
+
+import tsched
+from tsched.formats.k8s_topology import topology_object, validate
+from tsched.formats.slurm import (
+    blocks_from_cluster,
+    cluster_from_blocks,
+    parse_block,
+    parse_tree,
+    write_block,
+    write_tree,
+)
+from tsched.formats.topograph import (
+    SCHEMES,
+    cluster_from_labels,
+    labels_from_cluster,
+    nodes_document,
+    read_model,
+    read_nodes_json,
+)
+from tsched.formats.topology import (
+    cluster_from_tree,
+    hostlist_compress,
+    hostlist_expand,
+    tree_from_cluster,
+)
+
+TG = DATA / "topograph"
+
+
+def partition_of(cluster: tsched.Cluster, level: str) -> set[frozenset[str]]:
+    groups: dict[str, set[str]] = {}
+    for node in cluster.nodes:
+        groups.setdefault(node.at[level], set()).add(node.name)
+    return {frozenset(g) for g in groups.values()}
+
+
+# ---------------------------------------------------------------------- hostlists
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ("node[001-003]", ["node001", "node002", "node003"]),
+        ("a[1-2]b[3-4]", ["a1b3", "a1b4", "a2b3", "a2b4"]),
+        ("tux[0-1,12],login", ["tux0", "tux1", "tux12", "login"]),
+        ("switch.1.[9-11]", ["switch.1.9", "switch.1.10", "switch.1.11"]),
+    ],
+)
+def test_hostlist_expand(expr: str, names: list[str]) -> None:
+    assert hostlist_expand(expr) == names
+
+
+@pytest.mark.parametrize("bad", ["n[1-", "n[3-1]", "n[a-b]", "n]1["])
+def test_hostlist_errors(bad: str) -> None:
+    with pytest.raises(tsched.InputError, match="hostlist"):
+        hostlist_expand(bad)
+
+
+def test_hostlist_round_trip() -> None:
+    names = [f"srv{k:04d}" for k in (1, 2, 3, 9, 10, 20)] + ["login", "gpu-a7"]
+    text = hostlist_compress(names)
+    assert text == "srv[0001-0003,0009-0010,0020],login,gpu-a7"
+    assert hostlist_expand(text) == names
+
+
+# ---------------------------------------------------------------------- Slurm tree
+def test_topograph_model_matches_the_expected_slurm_tree() -> None:
+    """Topograph's CI expects this tree.conf for large.yaml: same switches, same nodes."""
+    model = cluster_from_tree(read_model(TG / "large.yaml"), "large", "large.yaml")
+    expected_tree = parse_tree((TG / "expected.slinky-oci-sim-tree.conf").read_text())
+    assert expected_tree.comments["switch.2.1"] == "spine-1"
+    expected = cluster_from_tree(expected_tree, "expected", "expected.conf")
+    for level in ("leaf", "spine", "core"):
+        assert partition_of(model, level) == partition_of(expected, level)
+    # and our own writer round-trips the model
+    ours = parse_tree(write_tree(tree_from_cluster(model)))
+    again = cluster_from_tree(ours, "again", "ours")
+    for level in ("leaf", "spine", "core"):
+        assert partition_of(again, level) == partition_of(model, level)
+
+
+def test_tree_of_a_model_file_and_back() -> None:
+    cluster = tsched.load_cluster(str(MODELS / "clusters" / "dgx-a100-32node.yaml"))
+    text = write_tree(tree_from_cluster(cluster))
+    back = cluster_from_tree(parse_tree(text), "back", "t")
+    for ours, theirs in zip(cluster.levels, back.levels):
+        assert partition_of(cluster, ours) == partition_of(back, theirs)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("SwitchName=s0 Switches=s[1-2]\nSwitchName=s1 Nodes=n1\n", "undefined switch 's2'"),
+        ("SwitchName=a Switches=b\nSwitchName=b Switches=a\n", "cycle"),
+        ("SwitchName=s1 Nodes=n[1-2]\nSwitchName=s2 Nodes=n2\n", "node 'n2' is under two"),
+        ("SwitchName=s1 Nodes=n1 Speed=10\n", ":1: unknown key 'Speed'"),
+        ("SwitchName=s1\n", "neither Switches= nor Nodes="),
+        ("SwitchName=s1 Nodes=n[1-\n", ":1: hostlist"),
+        ("hello world\n", ":1: expected KEY=VALUE"),
+    ],
+)
+def test_bad_tree_names_the_problem(text: str, message: str) -> None:
+    with pytest.raises(tsched.InputError, match=message.replace("(", r"\(")):
+        parse_tree(text, "topology.conf")
+
+
+# ---------------------------------------------------------------------- Slurm block
+def test_block_round_trip_and_sizes() -> None:
+    nvl72 = cluster_from_tree(read_model(TG / "nvl72.yaml"), "nvl72", "nvl72.yaml")
+    blocks = blocks_from_cluster(nvl72)
+    assert blocks.sizes == [18, 36, 72]  # the model's comment: block sizes 18, 36, 72
+    text = write_block(blocks)
+    assert "BlockName=nvl-1-1 Nodes=node[1101-1118]" in text
+    back = cluster_from_blocks(parse_block(text), "back", "t")
+    assert back.levels == ("block", "block36", "block72")
+    assert partition_of(back, "block") == partition_of(nvl72, "nvl")
+    assert partition_of(back, "block36") == partition_of(nvl72, "spine")
+
+
+def test_bad_block_files() -> None:
+    with pytest.raises(tsched.InputError, match="node 'n2' is in block 'b1' and 'b2'"):
+        parse_block("BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[2-3]\n", "t")
+    with pytest.raises(tsched.InputError, match="multiple of the first"):
+        parse_block("BlockName=b1 Nodes=n[1-4]\nBlockSizes=4,6\n", "t")
+
+
+# ---------------------------------------------------------------------- Topograph labels
+def test_small_tree_model_domains() -> None:
+    tree = read_model(TG / "small-tree.yaml")
+    assert tree.domains == {"I21": "nvl2", "I22": "nvl2", "I25": "nvl2",
+                            "I34": "nvl3", "I35": "nvl3", "I36": "nvl3"}  # fmt: skip
+    cluster = cluster_from_tree(tree, "small", "small-tree.yaml")
+    assert cluster.levels == ("nvl", "leaf", "spine")
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_labels_round_trip_every_generation(scheme: str, tmp_path: Path) -> None:
+    cluster = cluster_from_tree(read_model(TG / "nvl72.yaml"), "nvl72", "nvl72.yaml")
+    labels = labels_from_cluster(cluster, scheme)
+    path = tmp_path / "nodes.json"
+    path.write_text(json.dumps(nodes_document(labels)))
+    back = read_nodes_json(path)
+    assert back.levels == cluster.levels
+    for level in cluster.levels:
+        assert partition_of(back, level) == partition_of(cluster, level)
+    # and the plan costs agree
+    w = tsched.Workload.from_matrix("w", np.ones((4, 4)) - np.eye(4))
+    a = tsched.solve(tsched.PlacementProblem.build(cluster, w), method="greedy")
+    b = tsched.solve(tsched.PlacementProblem.build(back, w), method="greedy")
+    assert a.objective == pytest.approx(b.objective)
+
+
+def test_labels_missing_on_a_node_name_it() -> None:
+    nodes = [
+        ("a", {"fabric.topograph.run/tier-1": "l0", "fabric.topograph.run/tier-2": "s0"}),
+        ("b", {"fabric.topograph.run/tier-1": "l1"}),
+    ]
+    with pytest.raises(tsched.InputError, match=r"items\[1\] \(node 'b'\): missing label"):
+        cluster_from_labels(nodes, "c", "nodes.json")
+    with pytest.raises(tsched.InputError, match="no Topograph topology labels"):
+        cluster_from_labels([("a", {"x": "y"})], "c", "nodes.json")
+
+
+# ---------------------------------------------------------------------- KAI / Kueue
+@pytest.mark.parametrize("flavour", ["kai", "kueue"])
+def test_topology_objects_validate_against_the_crds(flavour: str) -> None:
+    cluster = cluster_from_tree(read_model(TG / "large.yaml"), "Large Fabric", "large.yaml")
+    obj = topology_object(cluster, flavour)
+    validate(obj, flavour)
+    labels = [lv["nodeLabel"] for lv in obj["spec"]["levels"]]
+    assert labels[0] == "fabric.topograph.run/tier-3" and labels[-1] == "kubernetes.io/hostname"
+    assert obj["metadata"]["name"] == "large-fabric"
+    broken = json.loads(json.dumps(obj))
+    broken["spec"]["levels"] = []
+    with pytest.raises(tsched.InputError, match="spec.levels"):
+        validate(broken, flavour)
+    broken["spec"]["levels"] = [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "a/b"}]
+    with pytest.raises(tsched.InputError, match="lowest level"):
+        validate(broken, flavour)

@@ -1,0 +1,1 @@
+"""Live collectors: what a machine (or a Ray cluster of them) says about its GPUs and NICs."""
