@@ -85,3 +85,32 @@ def brute_force(problem: PlacementProblem) -> tuple[float, np.ndarray]:
 @pytest.fixture
 def cluster4() -> Cluster:
     return small_cluster()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray cluster: a head without GPUs, three simulated GPU nodes with topology
+    labels, and one GPU node with no CPU (tasks needing a CPU never run there). One per test
+    session; everything it started is shut down at the end."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster as RayCluster
+
+    cluster = RayCluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "labels": {"tsched.io/node": "head"}},
+    )
+    specs = [
+        ("gpu-a", 4, {"tsched.io/leaf": "l0", "tsched.io/spine": "s0"}),
+        ("gpu-b", 4, {"tsched.io/leaf": "l0", "tsched.io/spine": "s0"}),
+        ("gpu-c", 8, {"tsched.io/leaf": "l1", "tsched.io/spine": "s0",
+                      "tsched.io/gpu-model": "H100", "tsched.io/gpu-memory-gb": "80"}),
+    ]  # fmt: skip
+    for name, gpus, labels in specs:
+        cluster.add_node(num_cpus=1, num_gpus=gpus, labels={"tsched.io/node": name, **labels})
+    cluster.add_node(num_cpus=0, num_gpus=2, labels={"tsched.io/node": "no-cpu"})
+    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

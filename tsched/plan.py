@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tsched._io import atomic_write_text, read_text
+from tsched.cluster import Cluster
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem, cost_by_link
 
@@ -32,6 +33,9 @@ __all__ = [
     "read_plan",
     "write_plan",
     "plan_table",
+    "Drift",
+    "validate_plan",
+    "require_valid",
 ]
 
 #: Result statuses, best first.
@@ -108,9 +112,10 @@ class PlacementResult:
             else:
                 nodes = cl.gpu_node[gpus]
                 local = cl.gpu_local[gpus]
+                models, memory = cl.gpu_models()[gpus], cl.gpu_memory_gb()[gpus]
                 entries = tuple(
-                    PlanEntry(w, cl.nodes[int(n)].name, int(g))
-                    for w, (n, g) in enumerate(zip(nodes, local))
+                    PlanEntry(w, cl.nodes[int(n)].name, int(g), str(m), float(mem))
+                    for w, (n, g, m, mem) in enumerate(zip(nodes, local, models, memory))
                 )
             by_link = cost_by_link(problem, self.assignment)
         return Plan(
@@ -148,11 +153,23 @@ class PlacementResult:
 
 @dataclass(frozen=True, slots=True)
 class PlanEntry:
-    """Worker ``worker`` runs on GPU ``gpu`` (index within the node) of node ``node``."""
+    """Worker ``worker`` runs on GPU ``gpu`` (index within the node) of node ``node``; the GPU's
+    model and memory as planned (empty / 0 when unknown) let live validation spot a changed
+    machine."""
 
     worker: int
     node: str
     gpu: int
+    gpu_model: str = ""
+    memory_gb: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"worker": self.worker, "node": self.node, "gpu": self.gpu}
+        if self.gpu_model:
+            out["gpu_model"] = self.gpu_model
+        if self.memory_gb:
+            out["memory_gb"] = _num(self.memory_gb)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +202,7 @@ class Plan:
             "method": self.method,
             "wall_time": round(float(self.wall_time), 6),
             "seed": self.seed,
-            "assignment": [
-                {"worker": e.worker, "node": e.node, "gpu": e.gpu} for e in self.assignment
-            ],
+            "assignment": [e.to_dict() for e in self.assignment],
             "cost_by_link": {k: _clean(v) for k, v in self.cost_by_link.items()},
             "message": self.message,
         }
@@ -213,7 +228,9 @@ class Plan:
         seen: set[int] = set()
         for i, item in enumerate(ck.sequence(doc["assignment"], "assignment")):
             where = join("assignment", i)
-            item = ck.mapping(item, where, required=("worker", "node", "gpu"))
+            item = ck.mapping(
+                item, where, required=("worker", "node", "gpu"), optional=("gpu_model", "memory_gb")
+            )
             worker = ck.integer(item["worker"], join(where, "worker"), minimum=0)
             if worker in seen:
                 raise ck.fail(join(where, "worker"), f"worker {worker} appears twice")
@@ -223,6 +240,8 @@ class Plan:
                     worker,
                     ck.string(item["node"], join(where, "node")),
                     ck.integer(item["gpu"], join(where, "gpu"), minimum=0),
+                    str(item.get("gpu_model", "")),
+                    ck.number(item.get("memory_gb", 0.0), join(where, "memory_gb"), minimum=0.0),
                 )
             )
         if seen and seen != set(range(len(seen))):
@@ -250,6 +269,10 @@ class Plan:
             cost_by_link={k: ck.number(v, join("cost_by_link", k)) for k, v in links.items()},
             message=str(doc.get("message", "")),
         )
+
+
+def _num(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else float(x)
 
 
 def _clean(x: float | None) -> float | None:
@@ -301,3 +324,70 @@ def plan_table(plan: Plan, max_rows: int = 64) -> Any:
             workers = " ".join(str(e.worker) for e in entries)
         table.add_row(node, gpus, workers)
     return table
+
+
+# ---------------------------------------------------------------------- live validation
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """One way a planned worker's GPU no longer matches the current state."""
+
+    worker: int
+    node: str
+    gpu: int
+    reason: str
+
+
+def validate_plan(plan: Plan, current: Cluster) -> list[Drift]:
+    """Check a plan against the cluster as it is now (re-discovered or re-read).
+
+    For every worker: the node still exists, the GPU index exists on it, the GPU is free, and
+    its model and memory are what the plan recorded (when it recorded them); no two workers
+    share a GPU. Returns the drift, worker by worker (empty when the plan still holds).
+    """
+    drift: list[Drift] = []
+    used: dict[tuple[str, int], int] = {}
+    models, memory, busy = current.gpu_models(), current.gpu_memory_gb(), current.busy_mask
+    for e in plan.assignment:
+        key = (e.node, e.gpu)
+        if key in used:
+            drift.append(Drift(e.worker, e.node, e.gpu, f"same GPU as worker {used[key]}"))
+            continue
+        used[key] = e.worker
+        try:
+            node = current.node_index(e.node)
+        except InputError:
+            drift.append(Drift(e.worker, e.node, e.gpu, "node is gone"))
+            continue
+        count = int(current.gpus_per_node[node])
+        if e.gpu >= count:
+            drift.append(Drift(e.worker, e.node, e.gpu, f"node has only {count} GPUs now"))
+            continue
+        g = current.gpu_id(node, e.gpu)
+        if busy[g]:
+            drift.append(Drift(e.worker, e.node, e.gpu, "GPU is busy"))
+        if e.gpu_model and str(models[g]) != e.gpu_model:
+            drift.append(
+                Drift(e.worker, e.node, e.gpu, f"model is {models[g]}, planned {e.gpu_model}")
+            )
+        if e.memory_gb and abs(float(memory[g]) - e.memory_gb) > 1e-6 * max(1.0, e.memory_gb):
+            drift.append(
+                Drift(
+                    e.worker,
+                    e.node,
+                    e.gpu,
+                    f"memory is {float(memory[g]):g} GB, planned {e.memory_gb:g} GB",
+                )
+            )
+    return drift
+
+
+def require_valid(plan: Plan, current: Cluster) -> None:
+    """Raise :class:`InputError` summarising the drift if the plan no longer holds (what
+    executors call before reserving anything)."""
+    drift = validate_plan(plan, current)
+    if drift:
+        first = "; ".join(
+            f"worker {d.worker} on {d.node} GPU {d.gpu}: {d.reason}" for d in drift[:3]
+        )
+        more = f" (and {len(drift) - 3} more)" if len(drift) > 3 else ""
+        raise InputError(f"plan no longer matches cluster {current.name!r}: {first}{more}")
