@@ -6,6 +6,7 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
+from conftest import DATA
 
 import tsched
 from tsched.formats.nccl_tests import (
@@ -16,21 +17,7 @@ from tsched.formats.nccl_tests import (
 )
 from tsched.plan import Plan, require_valid, validate_plan
 
-HEADER = """\
-# nThread 1 nGpus 1 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20
-#
-# Using devices
-{ranks}
-#
-#                                                              out-of-place                       in-place
-#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-     1048576        262144     float     sum      -1    75.10   13.96   24.43      0    74.50   14.07   24.63      0
-    16777216       4194304     float     sum      -1    310.2   54.08   94.65      0    309.9   54.14   94.74      0
-  1073741824     268435456     float     sum      -1   9950.1  107.91  188.85      0   9948.0  107.94  188.89      0
-# Out of bounds values : 0 OK
-# Avg bus bandwidth    : 102.70
-"""
+HEADER = (DATA / "nccl-tests" / "all_reduce_perf.template.txt").read_text()
 
 
 def ranks(hosts: list[str]) -> str:
