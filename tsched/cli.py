@@ -254,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("presets", help="list built-in clusters and workloads")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_presets)
+
+    from tsched.cli_discovery import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
