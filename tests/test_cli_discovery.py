@@ -128,3 +128,17 @@ def test_inventory_ray_refuses_partial_unless_allowed(capsys, tmp_path, ray_clus
                        "-o", str(out_file))  # fmt: skip
     assert code == 0 and "node no-cpu failed" in err
     assert [n.name for n in tsched.read_cluster(out_file).nodes] == ["gpu-a", "gpu-b", "gpu-c"]
+
+
+def test_solve_refuses_stale_measurements(capsys, tmp_path) -> None:
+    from tsched.formats.nccl_tests import apply_measurement
+
+    cluster = apply_measurement(
+        tsched.load_cluster("dgx-h100-4node"), "leaf", 45.0, "2020-01-01T00:00:00Z"
+    )
+    path = tmp_path / "measured.yaml"
+    tsched.write_cluster(cluster, path)
+    code, _, err = run(capsys, "solve", "--cluster", str(path), "--max-age", "24", "--quiet")
+    assert code == 2 and "measure again" in err
+    code, _, _ = run(capsys, "solve", "--cluster", str(path), "--quiet", "--method", "greedy")
+    assert code == 0

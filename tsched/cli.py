@@ -77,6 +77,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from tsched.plan import plan_table, write_plan
 
     cluster = tsched.load_cluster(args.cluster)
+    if args.max_age is not None:
+        from tsched.formats.nccl_tests import check_fresh
+
+        check_fresh(cluster, args.max_age * 3600.0)
     workload = tsched.load_workload(args.workload)
     problem = tsched.PlacementProblem.build(cluster, workload)
     result = _solve_and_report(problem, args)
@@ -240,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     solver_args(p, "auto")
     p.add_argument("--output", "-o", metavar="PLAN.json", help="write the plan here (atomically)")
+    p.add_argument(
+        "--max-age",
+        type=float,
+        default=None,
+        metavar="HOURS",
+        help="refuse measured link figures older than this",
+    )
     p.set_defaults(func=cmd_solve)
 
     p = sub.add_parser("qap", help="solve a QAPLIB instance")
