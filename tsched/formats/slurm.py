@@ -24,6 +24,7 @@ from tsched.formats.topology import (
     default_node_type,
     hostlist_compress,
     hostlist_expand,
+    one_type_cluster,
     tree_from_cluster,
 )
 
@@ -209,14 +210,7 @@ def cluster_from_blocks(
             if not bigger:
                 at["fabric"] = "fabric"
             nodes.append(Node(node, node_type.name, at))
-    return Cluster(
-        name=name,
-        links=links,
-        levels=tuple(levels),
-        node_types={node_type.name: node_type},
-        nodes=tuple(nodes),
-        source=source,
-    )
+    return one_type_cluster(name, links, levels, node_type, nodes, source)
 
 
 def blocks_from_cluster(cluster: Cluster) -> BlockTopology:

@@ -198,8 +198,8 @@ def read_nodes_json(
     return cluster_from_labels(nodes, name, source, node_type, intra_link)
 
 
-def labels_from_cluster(cluster: Cluster, scheme: str = "topograph") -> dict[str, dict[str, str]]:
-    """Node name → topology labels for a cluster's levels (``nvl`` → the accelerator label)."""
+def _scheme_labels(cluster: Cluster, scheme: str) -> tuple[str, list[str], tuple[str, ...]]:
+    """(accelerator label, network levels nearest first, their labels) under ``scheme``."""
     if scheme not in SCHEMES:
         raise InputError(f"label scheme {scheme!r}: expected one of {', '.join(SCHEMES)}")
     accel, tiers = SCHEMES[scheme]
@@ -211,6 +211,12 @@ def labels_from_cluster(cluster: Cluster, scheme: str = "topograph") -> dict[str
             f"cluster {cluster.name!r} has {len(network)} network levels; the {scheme} scheme "
             f"has {len(tiers)} (use --label-scheme topograph)"
         )
+    return accel, network, tiers
+
+
+def labels_from_cluster(cluster: Cluster, scheme: str = "topograph") -> dict[str, dict[str, str]]:
+    """Node name → topology labels for a cluster's levels (``nvl`` → the accelerator label)."""
+    accel, network, tiers = _scheme_labels(cluster, scheme)
     out: dict[str, dict[str, str]] = {}
     for node in cluster.nodes:
         labels = {}
@@ -238,17 +244,7 @@ def nodes_document(labels: dict[str, dict[str, str]]) -> dict[str, Any]:
 
 def level_labels(cluster: Cluster, scheme: str = "topograph") -> list[str]:
     """The node label of each cluster level, nearest first (for Topology objects)."""
-    if scheme not in SCHEMES:
-        raise InputError(f"label scheme {scheme!r}: expected one of {', '.join(SCHEMES)}")
-    accel, tiers = SCHEMES[scheme]
-    network = [lv for lv in cluster.levels if lv != "nvl"]
-    if scheme == "topograph":
-        tiers = tuple(f"fabric.topograph.run/tier-{k}" for k in range(1, len(network) + 1))
-    elif len(network) > len(tiers):
-        raise InputError(
-            f"cluster {cluster.name!r} has {len(network)} network levels; the {scheme} scheme "
-            f"has {len(tiers)} (use --label-scheme topograph)"
-        )
+    accel, network, tiers = _scheme_labels(cluster, scheme)
     out = []
     for level in cluster.levels:
         out.append(accel if level == "nvl" else tiers[network.index(level)])

@@ -27,6 +27,7 @@ __all__ = [
     "cluster_from_tree",
     "tree_from_cluster",
     "default_node_type",
+    "one_type_cluster",
     "DEFAULT_LEVEL_GBPS",
 ]
 
@@ -254,9 +255,21 @@ def cluster_from_tree(
         if node in tree.domains:
             at["nvl"] = tree.domains[node]
         nodes.append(Node(node, node_type.name, at))
+    return one_type_cluster(name, links, levels, node_type, nodes, source)
+
+
+def one_type_cluster(
+    name: str,
+    links: Mapping[str, LinkClass],
+    levels: Iterable[str],
+    node_type: NodeType,
+    nodes: Iterable[Node],
+    source: str,
+) -> Cluster:
+    """A cluster whose nodes all have ``node_type`` (what imported topologies give)."""
     return Cluster(
         name=name,
-        links=links,
+        links=dict(links),
         levels=tuple(levels),
         node_types={node_type.name: node_type},
         nodes=tuple(nodes),
