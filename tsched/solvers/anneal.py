@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from tsched.problem import PlacementProblem
+from tsched.problem import PlacementProblem, objective
 from tsched.solvers.bounds import best_bound
 from tsched.solvers.greedy import subproblem
 from tsched.solvers.registry import SolverOutput, register
-from tsched.solvers.tabu import MAX_LOCATIONS, run_chunks, start_and_pool
+from tsched.solvers.tabu import MAX_LOCATIONS, run_chunks, start_and_pool, start_permutation
 
 __all__ = ["anneal", "calibrate_temperature"]
 
@@ -62,11 +62,12 @@ def anneal(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
     begin = time.perf_counter()
-    start, extra = start_and_pool(problem, options, seed, time_limit)
-    sub = subproblem(problem, start, extra)
+    starts, extra = start_and_pool(problem, options, seed, time_limit)
+    sub = subproblem(problem, starts[0], extra)
     k = len(sub.pos)
     if k < 2 or problem.n_workers < 2:
-        return SolverOutput(start, message="anneal: nothing to exchange")
+        return SolverOutput(starts[0], message="anneal: nothing to exchange")
+    begin_perm = start_permutation(sub, min(starts, key=lambda a: objective(problem, a)))
     if time_limit is not None:
         time_limit = max(0.0, time_limit - (time.perf_counter() - begin))
     t_start, t_end = calibrate_temperature(sub, seed)
@@ -90,7 +91,7 @@ def anneal(
             target,
         )
 
-    perm, value, moves = run_chunks(sub, step, time_limit, iterations, seed, target)
+    perm, value, moves = run_chunks(sub, step, time_limit, iterations, seed, target, begin_perm)
     return SolverOutput(
         sub.assignment(perm),
         iterations=moves,

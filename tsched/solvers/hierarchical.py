@@ -223,11 +223,16 @@ def sparse_refine(
     deadline: float | None = None,
     graph: sp.csr_array | None = None,
     seed: int = 0,
+    kicks: int = 0,
 ) -> tuple[np.ndarray, int]:
     """Sparse local search (step 4) from ``assignment``; returns (assignment, moves).
 
-    Runs pass by pass until no move improves or ``deadline`` (``time.perf_counter`` seconds).
-    Needs a cluster and no per-location linear costs; otherwise returns the input unchanged.
+    Descends pass by pass until no move improves or ``deadline`` (``time.perf_counter``
+    seconds). Then, for up to ``kicks`` rounds (``-1``: until the deadline), an iterated local
+    search: perturb the best plan (a few exchanges of a worker with a GPU near one of its traffic
+    partners, or the workers of its node exchanged with those of a node next to a partner's),
+    descend again, keep the result only if it is better. Needs a cluster and no per-location
+    linear costs; otherwise returns the input unchanged.
     """
     cl = problem.cluster
     if cl is None or problem.linear is not None or problem.n_workers < 1:
@@ -243,7 +248,8 @@ def sparse_refine(
     assign = np.array(assignment, dtype=np.int64)
     occ = np.full(problem.n_locations, -1, dtype=np.int64)
     occ[assign] = np.arange(problem.n_workers)
-    order = np.random.default_rng(seed).permutation(problem.n_workers).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(problem.n_workers).astype(np.int64)
     args = (
         indptr,
         indices,
@@ -259,13 +265,84 @@ def sparse_refine(
         np.ascontiguousarray(type_cost),
         order,
     )
-    moves = 0
-    while True:
-        _, made = _kernel().local_search(*args, 1)
-        moves += int(made)
-        if made == 0 or (deadline is not None and time.perf_counter() > deadline):
+
+    def descend() -> int:
+        made_total = 0
+        while True:
+            _, made = _kernel().local_search(*args, 1)
+            made_total += int(made)
+            if made == 0 or (deadline is not None and time.perf_counter() > deadline):
+                return made_total
+
+    moves = descend()
+    if kicks == 0 or problem.n_workers < 2 or len(w) == 0:
+        return assign, moves
+    leaf = problem.location_groups()[bounds[:-1], 0] if len(cl.levels) else np.zeros(1)
+    best = objective(problem, assign)
+    round_ = 0
+    while kicks < 0 or round_ < kicks:
+        if deadline is not None and time.perf_counter() > deadline:
             break
+        round_ += 1
+        saved_assign, saved_occ = assign.copy(), occ.copy()
+        _kick(rng, assign, occ, indptr, indices, loc_node, bounds, leaf)
+        moves += descend()
+        value = objective(problem, assign)
+        if value < best - 1e-12 * max(1.0, abs(best)):
+            best = value
+        else:
+            assign[:], occ[:] = saved_assign, saved_occ
     return assign, moves
+
+
+def _kick(
+    rng: np.random.Generator,
+    assign: np.ndarray,
+    occ: np.ndarray,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    loc_node: np.ndarray,
+    bounds: np.ndarray,
+    leaf: np.ndarray,
+) -> None:
+    """Perturb in place: a node-content exchange towards a partner, or a few pair moves."""
+
+    def exchange(p: int, q: int) -> None:
+        i, j = occ[p], occ[q]
+        occ[p], occ[q] = j, i
+        if i >= 0:
+            assign[i] = q
+        if j >= 0:
+            assign[j] = p
+
+    n = len(assign)
+    for _ in range(8):  # find a worker with a partner on another node
+        i = int(rng.integers(n))
+        lo, hi = indptr[i], indptr[i + 1]
+        if hi > lo:
+            break
+    else:
+        return
+    j = int(indices[rng.integers(lo, hi)])
+    a, b = loc_node[assign[i]], loc_node[assign[j]]
+    if rng.random() < 0.5 and a != b:
+        near = np.flatnonzero(leaf == leaf[b])
+        near = near[(near != a) & (near != b)]
+        if len(near):
+            c = int(near[rng.integers(len(near))])
+            width = min(bounds[a + 1] - bounds[a], bounds[c + 1] - bounds[c])
+            for k in range(width):
+                exchange(int(bounds[a] + k), int(bounds[c] + k))
+            return
+    for _ in range(3):
+        q = int(rng.integers(bounds[b], bounds[b + 1]))
+        if q != assign[i]:
+            exchange(int(assign[i]), q)
+        i = int(rng.integers(n))
+        lo, hi = indptr[i], indptr[i + 1]
+        if hi == lo:
+            continue
+        b = loc_node[assign[int(indices[rng.integers(lo, hi)])]]
 
 
 # ---------------------------------------------------------------------- the method
@@ -275,6 +352,8 @@ def sparse_refine(
     options={
         "partitioner": "best (default: both, the smaller cut), grow, or metis (needs pymetis)",
         "refine": "run the sparse local search (default true)",
+        "kicks": "iterated local search rounds after the descent (default: until the time "
+        "limit when one is given, else none; -1: until the time limit)",
     },
 )
 def hierarchical(
@@ -327,7 +406,8 @@ def hierarchical(
     stats["decompose_seconds"] = round(time.perf_counter() - start, 4)
     moves = 0
     if options.get("refine", True):
-        assignment, moves = sparse_refine(problem, assignment, deadline, graph, seed)
+        kicks = int(options.get("kicks", -1 if deadline is not None else 0))
+        assignment, moves = sparse_refine(problem, assignment, deadline, graph, seed, kicks)
     return SolverOutput(
         assignment,
         iterations=moves,

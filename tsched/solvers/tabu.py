@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tsched.errors import InputError
-from tsched.problem import PlacementProblem, objective
+from tsched.problem import PlacementProblem
 from tsched.solvers.bounds import best_bound
 from tsched.solvers.faq import faq_best
 from tsched.solvers.greedy import SubProblem, construct_cluster, construct_dense, subproblem
@@ -43,6 +43,8 @@ MAX_LOCATIONS = 1024
 
 #: Largest raw QAP (locations) that gets FAQ starts.
 FAQ_MAX_LOCATIONS = 512
+#: Most FAQ starts tried (as many as fit in a tenth of the time limit, at least one).
+FAQ_STARTS = 100
 
 
 def start_and_pool(
@@ -50,31 +52,45 @@ def start_and_pool(
     options: dict[str, Any],
     seed: int = 0,
     time_limit: float | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The start plan and the free locations the search may move to.
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The start plans and the free locations the search may move to.
 
-    The start is ``hint`` when given; on a cluster, the greedy plan; on a raw QAP, the better of
-    the greedy construction and scipy's FAQ (best of up to 10 randomised starts within a tenth
-    of the time limit), whose plans often lie in a better basin (tai*b, chr, esc instances).
+    The start is ``hint`` when given; on a cluster, the greedy plan. A raw QAP gets two: the
+    greedy construction and scipy's FAQ (best of as many randomised starts as fit in a tenth of
+    the time limit, one at least and :data:`FAQ_STARTS` at most; ten without a limit). Neither
+    wins everywhere: FAQ's plans lie in better basins on tai*b, chr and esc instances, greedy's
+    on tai*a.
     """
     hint = options.get("hint")
     cap = int(options.get("max_locations", MAX_LOCATIONS))
     if hint is not None:
-        start = np.asarray(hint, dtype=np.int64)
-        pool = _nearest_first(problem, start)
+        starts = [np.asarray(hint, dtype=np.int64)]
+        pool = _nearest_first(problem, starts[0])
+    elif problem.cluster is not None:
+        start, pool, _ = construct_cluster(problem)
+        starts = [start]
     else:
-        if problem.cluster is not None:
-            start, pool, _ = construct_cluster(problem)
-        else:
-            start = construct_dense(problem)
-            pool = np.arange(problem.n_locations)
-            if problem.n_locations <= FAQ_MAX_LOCATIONS and problem.linear is None:
-                budget = 1.0 if time_limit is None else 0.1 * time_limit
-                found, _ = faq_best(problem, 10, seed, time.perf_counter() + budget)
-                if objective(problem, found) < objective(problem, start):
-                    start = found
-    extra = pool[~np.isin(pool, start)][: max(0, cap - problem.n_workers)]
-    return start, extra
+        starts = [construct_dense(problem)]
+        pool = np.arange(problem.n_locations)
+        if problem.n_locations <= FAQ_MAX_LOCATIONS and problem.linear is None:
+            if time_limit is None:  # a fixed count, so an iteration budget repeats
+                found, _ = faq_best(problem, 10, seed)
+            else:
+                deadline = time.perf_counter() + 0.1 * time_limit
+                found, _ = faq_best(problem, FAQ_STARTS, seed, deadline)
+            if not np.array_equal(found, starts[0]):
+                starts.append(found)
+    extra = pool[~np.isin(pool, starts[0])][: max(0, cap - problem.n_workers)]
+    return starts, extra
+
+
+def start_permutation(sub: SubProblem, start: np.ndarray) -> np.ndarray:
+    """``start`` (problem locations, all inside ``sub.pos``) as a permutation of the
+    sub-problem's positions; dummies take the positions left over."""
+    where = {int(p): i for i, p in enumerate(sub.pos)}
+    head = np.array([where[int(p)] for p in start], dtype=np.int64)
+    rest = np.setdiff1d(np.arange(len(sub.pos)), head)
+    return np.concatenate([head, rest]).astype(np.int64)
 
 
 def _nearest_first(problem: PlacementProblem, start: np.ndarray) -> np.ndarray:
@@ -89,7 +105,13 @@ def _nearest_first(problem: PlacementProblem, start: np.ndarray) -> np.ndarray:
 
 
 def run_chunks(
-    sub: SubProblem, step: Any, limit: float | None, iterations: int, seed: int, target: float
+    sub: SubProblem,
+    step: Any,
+    limit: float | None,
+    iterations: int,
+    seed: int,
+    target: float,
+    begin_perm: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, int]:
     """Run ``step(perm, budget, seed) -> (perm, value, moves)`` until the iteration budget or
     the time limit. Each chunk starts from the best permutation; after a chunk that did not
@@ -97,7 +119,7 @@ def run_chunks(
     stuck in one basin moves on. Seeds derive from ``seed``, so a fixed budget repeats."""
     rng = np.random.default_rng(seed)
     k = len(sub.pos)
-    perm = np.arange(k, dtype=np.int64)
+    perm = np.arange(k, dtype=np.int64) if begin_perm is None else begin_perm
     best_perm, best = perm, _kernel().cost(sub.flow, sub.dist, sub.linear, perm)
     start = time.perf_counter()
     moves = 0
@@ -168,13 +190,14 @@ def tabu(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
     begin = time.perf_counter()
-    start, extra = start_and_pool(problem, options, seed, time_limit)
-    sub = subproblem(problem, start, extra)
+    starts, extra = start_and_pool(problem, options, seed, time_limit)
+    sub = subproblem(problem, starts[0], extra)
     k = len(sub.pos)
     if k < 2 or problem.n_workers < 2:
-        return SolverOutput(start, message="tabu: nothing to exchange")
+        return SolverOutput(starts[0], message="tabu: nothing to exchange")
     if time_limit is not None:
         time_limit = max(0.0, time_limit - (time.perf_counter() - begin))
+    begin = time.perf_counter()
     lo, hi = _tenure(options.get("tenure"), k)
     iterations = int(options.get("iterations", 200 * k if time_limit is None else 10**12))
     known, _ = best_bound(problem)
@@ -195,10 +218,29 @@ def tabu(
             target,
         )
 
-    perm, value, moves = run_chunks(sub, step, time_limit, iterations, seed, target)
+    if len(starts) == 1:
+        perm, value, moves = run_chunks(sub, step, time_limit, iterations, seed, target)
+        note = ""
+    else:  # a fifth of the budget from each start, the rest from the better result
+        share = None if time_limit is None else 0.2 * time_limit
+        trials = []
+        moves = 0
+        for t, start in enumerate(starts):
+            trial = run_chunks(
+                sub, step, share, iterations // 5, seed + t, target, start_permutation(sub, start)
+            )
+            trials.append(trial)
+            moves += trial[2]
+        won = min(range(len(trials)), key=lambda t: trials[t][1])
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - begin))
+        perm, value, more = run_chunks(
+            sub, step, left, iterations - moves, seed, target, trials[won][0]
+        )
+        moves += more
+        note = f"; continued from the {('greedy', 'FAQ')[won]} start"
     return SolverOutput(
         sub.assignment(perm),
         iterations=moves,
-        message=f"tabu: {moves} moves over {k} locations",
+        message=f"tabu: {moves} moves over {k} locations{note}",
         stats={"locations": k, "kernel": "numba" if _kernel().HAVE_NUMBA else "python"},
     )
