@@ -44,10 +44,12 @@ def swap_delta(f, d, lin, perm, r, s):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def delta_matrix(f, d, lin, perm):  # pragma: no cover - compiled
+def delta_matrix(f, d, lin, perm, n_real=-1):  # pragma: no cover - compiled
+    """Upper triangle of exchange deltas; rows from ``n_real`` on (pairs of two dummies, whose
+    exchange changes nothing) are left at 0."""
     k = perm.shape[0]
     out = np.zeros((k, k))
-    for r in range(k):
+    for r in range(k if n_real < 0 else min(k, n_real)):
         for s in range(r + 1, k):
             out[r, s] = swap_delta(f, d, lin, perm, r, s)
     return out
@@ -56,21 +58,38 @@ def delta_matrix(f, d, lin, perm):  # pragma: no cover - compiled
 @njit(cache=True)
 def _update(f, d, lin, perm, delta, u, v, n_real):  # pragma: no cover - compiled
     """Delta matrix after u and v exchanged (``perm`` already updated): O(1) per untouched pair
-    (Taillard's formula), O(k) for the pairs touching u or v."""
+    (Taillard's formula), O(k) for the pairs touching u or v.
+
+    Taillard's term for an untouched pair (r, s) factors into per-facility vectors computed once
+    per move: with a[x] = f[x,u] − f[x,v], b[x] = f[u,x] − f[v,x], P[x] = d[perm[x], perm[u]] −
+    d[perm[x], perm[v]] and Q[x] = d[perm[u], perm[x]] − d[perm[v], perm[x]], the change is
+    (a[r] − a[s])·(P[s] − P[r]) + (b[r] − b[s])·(Q[s] − Q[r]); the inner loop then reads
+    contiguous vectors only.
+    """
     k = perm.shape[0]
-    for r in range(k):
-        for s in range(r + 1, k):
-            if r >= n_real and s >= n_real:
-                continue  # two dummies: exchanging them never changes anything
-            if r == u or r == v or s == u or s == v:
+    pu, pv = perm[u], perm[v]
+    a = np.empty(k)
+    b = np.empty(k)
+    P = np.empty(k)
+    Q = np.empty(k)
+    for x in range(k):
+        px = perm[x]
+        a[x] = f[x, u] - f[x, v]
+        b[x] = f[u, x] - f[v, x]
+        P[x] = d[px, pu] - d[px, pv]
+        Q[x] = d[pu, px] - d[pv, px]
+    for r in range(min(k, n_real)):  # dummies come last: pairs of two are never used
+        if r == u or r == v:
+            for s in range(r + 1, k):
                 delta[r, s] = swap_delta(f, d, lin, perm, r, s)
-            else:
-                pr, ps, pu, pv = perm[r], perm[s], perm[u], perm[v]
-                delta[r, s] += (f[r, u] - f[r, v] + f[s, v] - f[s, u]) * (
-                    d[ps, pu] - d[ps, pv] + d[pr, pv] - d[pr, pu]
-                ) + (f[u, r] - f[v, r] + f[v, s] - f[u, s]) * (
-                    d[pu, ps] - d[pv, ps] + d[pv, pr] - d[pu, pr]
-                )
+            continue
+        ar, br, Pr, Qr = a[r], b[r], P[r], Q[r]
+        row = delta[r]
+        for s in range(r + 1, k):
+            if s == u or s == v:
+                row[s] = swap_delta(f, d, lin, perm, r, s)
+                continue
+            row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
 
 
 @njit(cache=True)
@@ -91,9 +110,11 @@ def tabu_search(
     current = cost(f, d, lin, perm)
     best = current
     best_perm = perm.copy()
-    delta = delta_matrix(f, d, lin, perm)
+    delta = delta_matrix(f, d, lin, perm, n_real)
     tabu = np.full((k, k), -(k * k) - 1, dtype=np.int64)  # tabu[i, l]: when i last left l
+    tabu_t = tabu.T.copy()  # tabu_t[l, i] = tabu[i, l]: the scan reads it row-wise
     tenure = np.random.randint(tenure_lo, tenure_hi + 1)
+    rows = min(k, n_real)  # dummies come last: a pair of two dummies is never a move
     it = 0
     while it < iterations:
         it += 1
@@ -102,32 +123,39 @@ def tabu_search(
         chosen_r, chosen_s = -1, -1
         chosen = np.inf
         forced = False
-        for r in range(k):
+        recent = it - tenure
+        stale = it - aspiration
+        for r in range(rows):
+            pr = perm[r]
+            left_r = tabu[r]
+            left_at_pr = tabu_t[pr]
+            row = delta[r]
             for s in range(r + 1, k):
-                if r >= n_real and s >= n_real:
-                    continue
-                value = delta[r, s]
-                pr, ps = perm[r], perm[s]
-                is_tabu = tabu[r, ps] >= it - tenure and tabu[s, pr] >= it - tenure
-                aspired = current + value < best - 1e-12
-                long_ago = tabu[r, ps] < it - aspiration and tabu[s, pr] < it - aspiration
-                if long_ago and not forced:
-                    chosen, chosen_r, chosen_s, forced = value, r, s, True
+                value = row[s]
+                t_rs = left_r[perm[s]]  # when r last left s's location
+                t_sr = left_at_pr[s]  # when s last left r's location
+                if t_rs < stale and t_sr < stale:  # both long ago: force it
+                    if not forced:
+                        chosen, chosen_r, chosen_s, forced = value, r, s, True
                     continue
                 if forced:
                     continue
-                if (not is_tabu or aspired) and value < chosen:
+                if value < chosen and (
+                    not (t_rs >= recent and t_sr >= recent) or current + value < best - 1e-12
+                ):
                     chosen, chosen_r, chosen_s = value, r, s
         if chosen_r < 0:  # everything tabu: take the best move regardless
-            for r in range(k):
+            for r in range(rows):
                 for s in range(r + 1, k):
-                    if (r < n_real or s < n_real) and delta[r, s] < chosen:
+                    if delta[r, s] < chosen:
                         chosen, chosen_r, chosen_s = delta[r, s], r, s
             if chosen_r < 0:
                 break
         r, s = chosen_r, chosen_s
         tabu[r, perm[r]] = it
         tabu[s, perm[s]] = it
+        tabu_t[perm[r], r] = it
+        tabu_t[perm[s], s] = it
         perm[r], perm[s] = perm[s], perm[r]
         current += chosen
         _update(f, d, lin, perm, delta, r, s, n_real)

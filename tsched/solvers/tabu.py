@@ -39,6 +39,8 @@ def _kernel() -> Any:
 
 #: Largest sub-problem (locations) searched by default.
 MAX_LOCATIONS = 1024
+#: Longest chunk (moves per location) before a restart from the best plan.
+CHUNK_CAP = 50
 
 
 #: Largest raw QAP (locations) that gets FAQ starts.
@@ -143,7 +145,7 @@ def run_chunks(
             if left <= 0:
                 break
             per_move = (now - tick) / max(int(made), 1)
-            chunk = int(min(max(64, 0.5 * left / max(per_move, 1e-9)), 50 * k + 64))
+            chunk = int(min(max(64, 0.5 * left / max(per_move, 1e-9)), CHUNK_CAP * k + 64))
     return best_perm, best, moves
 
 
