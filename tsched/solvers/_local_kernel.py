@@ -29,12 +29,13 @@ def cost(f, d, lin, perm):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def swap_delta(f, d, lin, perm, r, s):  # pragma: no cover - compiled
-    """Objective change of exchanging the locations of r and s. O(k)."""
+def swap_delta(f, d, lin, perm, r, s, n_real=-1):  # pragma: no cover - compiled
+    """Objective change of exchanging the locations of r and s. O(k); O(n_real) when the
+    facilities from ``n_real`` on are dummies (no flow to or from them)."""
     pr, ps = perm[r], perm[s]
     delta = (f[r, s] - f[s, r]) * (d[ps, pr] - d[pr, ps])
     delta += lin[r, ps] + lin[s, pr] - lin[r, pr] - lin[s, ps]
-    for q in range(perm.shape[0]):
+    for q in range(perm.shape[0] if n_real < 0 else min(n_real, perm.shape[0])):
         if q == r or q == s:
             continue
         pq = perm[q]
@@ -51,7 +52,7 @@ def delta_matrix(f, d, lin, perm, n_real=-1):  # pragma: no cover - compiled
     out = np.zeros((k, k))
     for r in range(k if n_real < 0 else min(k, n_real)):
         for s in range(r + 1, k):
-            out[r, s] = swap_delta(f, d, lin, perm, r, s)
+            out[r, s] = swap_delta(f, d, lin, perm, r, s, n_real)
     return out
 
 
@@ -81,13 +82,13 @@ def _update(f, d, lin, perm, delta, u, v, n_real):  # pragma: no cover - compile
     for r in range(min(k, n_real)):  # dummies come last: pairs of two are never used
         if r == u or r == v:
             for s in range(r + 1, k):
-                delta[r, s] = swap_delta(f, d, lin, perm, r, s)
+                delta[r, s] = swap_delta(f, d, lin, perm, r, s, n_real)
             continue
         ar, br, Pr, Qr = a[r], b[r], P[r], Q[r]
         row = delta[r]
         for s in range(r + 1, k):
             if s == u or s == v:
-                row[s] = swap_delta(f, d, lin, perm, r, s)
+                row[s] = swap_delta(f, d, lin, perm, r, s, n_real)
                 continue
             row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
 
@@ -191,7 +192,7 @@ def anneal(
         s = np.random.randint(0, k - 1)
         if s >= r:
             s += 1
-        delta = swap_delta(f, d, lin, perm, r, s)
+        delta = swap_delta(f, d, lin, perm, r, s, n_real)
         if delta <= 0.0 or np.random.random() < np.exp(-delta / temp):
             perm[r], perm[s] = perm[s], perm[r]
             current += delta

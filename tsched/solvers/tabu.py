@@ -127,6 +127,7 @@ def run_chunks(
     moves = 0
     chunk = 64 if limit is not None else iterations
     round_ = 0
+    first = 0.0
     begin = best_perm
     while moves < iterations and best > target:
         tick = time.perf_counter()
@@ -142,7 +143,8 @@ def run_chunks(
         if limit is not None:
             now = time.perf_counter()
             left = limit - (now - start)
-            if left <= 0:
+            first = first or now - tick  # a chunk's fixed cost: building the delta matrix
+            if left <= 0 or (round_ > 1 and left < first):
                 break
             per_move = (now - tick) / max(int(made), 1)
             chunk = int(min(max(64, 0.5 * left / max(per_move, 1e-9)), CHUNK_CAP * k + 64))
