@@ -105,3 +105,18 @@ def test_pcie_server_gives_a_priced_intra_matrix() -> None:
 def test_bad_input_names_the_line(text: str, message: str) -> None:
     with pytest.raises(tsched.InputError, match=message.replace("(", r"\(")):
         parse_topo(text, "topo.txt")
+
+
+def test_nic_affinity_is_kept_in_the_cluster_file(tmp_path) -> None:
+    cluster = cluster_from_topo(read_topo(TOPO / "hgx-h200-8gpu-10nic.txt"), gpu_model="H200")
+    affinity = cluster.node_types["node"].nic_affinity
+    assert affinity[0] == ("mlx5_3",) and affinity[3] == ("mlx5_0", "mlx5_1", "mlx5_2")
+    path = tmp_path / "c.yaml"
+    tsched.write_cluster(cluster, path)
+    assert tsched.read_cluster(path).node_types["node"].nic_affinity == affinity
+    text = path.read_text().replace("    - [mlx5_3]\n", "", 1)
+    path.write_text(text)
+    with pytest.raises(
+        tsched.InputError, match="nic_affinity: needs one list of NIC names per GPU"
+    ):
+        tsched.read_cluster(path)

@@ -77,6 +77,8 @@ class NodeType:
     intra_matrix: tuple[tuple[str, ...], ...] | None = None
     nics: int = 0
     nic_gbps: float = 0.0
+    #: Per GPU, the names of its nearest NICs (e.g. from ``nvidia-smi topo -m``); optional.
+    nic_affinity: tuple[tuple[str, ...], ...] | None = None
 
     def link_between(self, a: int, b: int) -> str | None:
         """Name of the link class joining local GPUs ``a`` and ``b`` (``None`` when ``a == b``)."""
@@ -280,6 +282,11 @@ class Cluster:
                 raise fail(
                     f"{where}.intra",
                     f"unknown link class {nt.intra!r} (defined: {', '.join(self.links)})",
+                )
+            if nt.nic_affinity is not None and len(nt.nic_affinity) != nt.gpus:
+                raise fail(
+                    f"{where}.nic_affinity",
+                    f"needs one list of NIC names per GPU ({nt.gpus}), got {len(nt.nic_affinity)}",
                 )
             if nt.intra_matrix is not None:
                 rows = nt.intra_matrix

@@ -173,7 +173,7 @@ def _node_type(ck: Checker, key: str, spec: Any) -> NodeType:
         spec,
         where,
         required=("gpus",),
-        optional=("gpu", "intra", "intra_matrix", "nics"),
+        optional=("gpu", "intra", "intra_matrix", "nics", "nic_affinity"),
         example="{gpus: 8, gpu: {model: H100, memory_gb: 80}, intra: nvlink}",
     )
     gpus = ck.integer(spec["gpus"], join(where, "gpus"), minimum=1)
@@ -198,7 +198,17 @@ def _node_type(ck: Checker, key: str, spec: Any) -> NodeType:
         )
         nics = ck.integer(nic["count"], join(where, "nics.count"), minimum=0)
         nic_gbps = ck.number(nic["gbps"], join(where, "nics.gbps"), minimum=0.0)
-    return NodeType(key, gpus, model, memory, intra, matrix, nics, nic_gbps)
+    affinity = None
+    if "nic_affinity" in spec:
+        rows = ck.sequence(spec["nic_affinity"], join(where, "nic_affinity"))
+        affinity = tuple(
+            tuple(
+                ck.string(n, join(join(where, "nic_affinity"), f"{a}][{b}"))
+                for b, n in enumerate(ck.sequence(r, join(join(where, "nic_affinity"), a)))
+            )
+            for a, r in enumerate(rows)
+        )
+    return NodeType(key, gpus, model, memory, intra, matrix, nics, nic_gbps, affinity)
 
 
 def _groups(ck: Checker, value: Any, where: str) -> dict[str, str]:
@@ -292,6 +302,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             spec["intra_matrix"] = [list(r) for r in nt.intra_matrix]
         if nt.nics:
             spec["nics"] = {"count": nt.nics, "gbps": _num(nt.nic_gbps)}
+        if nt.nic_affinity is not None:
+            spec["nic_affinity"] = [list(r) for r in nt.nic_affinity]
         types[key] = spec
     nodes = []
     for n in cluster.nodes:

@@ -18,6 +18,9 @@ without a ``GPU NUMA ID`` column or without NIC rows. Anything else — a row wi
 an unknown token, an asymmetric GPU matrix, a GPU row missing — is an :class:`InputError` naming
 the line.
 
+The node type records each GPU's nearest NICs (``nic_affinity``: the NICs at the closest PCIe
+class it has to any NIC, legend names when given).
+
 Link costs. An ``NV#`` pair gets ``#`` × the per-link bandwidth of the GPU's NVLink generation
 (per direction: 25 GB/s for NVLink 2-4, i.e. V100/A100/H100/H200; 50 GB/s for NVLink 5, i.e.
 B200/GB200), so NV18 on an H100 is 450 GB/s and NV12 on an A100 300 GB/s. PCIe classes get
@@ -267,14 +270,15 @@ def node_type_from_topo(
                 provenance[token] = "default"
             row.append(token)
         matrix.append(tuple(row))
-    nics = len(topo.nics)
+    near = topo.nearest_nics()
     node_type = NodeType(
         name,
         n,
         gpu_model or "GPU",
         memory_gb,
         intra_matrix=tuple(matrix) if n > 1 else None,
-        nics=nics,
+        nics=len(topo.nics),
+        nic_affinity=tuple(tuple(near[g]) for g in topo.gpus) if topo.nics else None,
     )
     return node_type, links, provenance
 
