@@ -6,6 +6,8 @@
 3. On a cluster, the hierarchical decomposition (top-down partitioning + sparse local search)
    runs too, and the better plan of the two goes on (MoE all-to-all traffic is where the
    partitioning wins; whole nodes and leaves where greedy's domain choice does).
+   Above :data:`TABU_MAX_WORKERS` workers an iterated sparse local search (exchanges and moves
+   near traffic partners, kicks, keep the better) improves it until the time limit.
 4. Robust tabu search improves that plan (up to :data:`TABU_MAX_WORKERS` workers), stopping
    early if it reaches the bound: with all the time left, or with a third of it when the
    hierarchical CP-SAT model (worker → node, up to :data:`CPSAT_MAX_WORKERS` workers, GPUs of a
@@ -76,10 +78,13 @@ def auto(
         )
         if objective(problem, hier.assignment) < value - tol:
             current, label = hier, "hierarchical"
-        elif n > TABU_MAX_WORKERS:  # greedy skips its dense swaps at this size
-            refined, moves = sparse_refine(problem, greedy.assignment, start + limit, seed=seed)
-            message = f"{greedy.message} + {moves} sparse moves"
-            current = replace(greedy, assignment=refined, message=message)
+        if n > TABU_MAX_WORKERS:  # too large for dense tabu: iterated sparse search to the end
+            refined, moves = sparse_refine(
+                problem, current.assignment, start + limit, seed=seed, kicks=-1
+            )
+            if objective(problem, refined) < objective(problem, current.assignment) - tol:
+                message = f"{current.message} + iterated sparse search ({moves} moves)"
+                current = replace(current, assignment=refined, message=message)
         best = objective(problem, current.assignment)
         if bound is not None and best - bound <= tol:
             return _choose(current, label, f"{label} meets the {source} bound: proved optimal")
