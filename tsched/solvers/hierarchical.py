@@ -9,15 +9,19 @@ are not complete, uniform or empty:
 2. Top-down, the workers of a domain are split among its children. The children used are the
    fewest that hold the workers, taken by free capacity (a child that holds everything alone:
    the one needing the fewest nodes, then the tightest fit), so part sizes are exactly what each
-   child has free — busy GPUs and half-free nodes are respected, not assumed away.
+   child has free — busy GPUs and half-free nodes are respected, not assumed away. The method
+   decomposes onto each candidate GPU set that greedy considers (per level, the domains that
+   hold the job with the fewest nodes; the fewest-fullest-nodes variant) and onto all free GPUs.
 3. Each split is a graph partition of the job's traffic with those exact sizes, minimising the
    traffic cut: by graph growing (the part takes the worker with the most traffic to it) or by
    METIS (``pymetis``, then rebalanced to the exact sizes); Kernighan–Lin exchanges refine
-   either. ``partitioner=best`` (the default) runs both and keeps the smaller cut.
+   either. With ``partitioner=best`` (the default) each candidate set is decomposed with both,
+   and the plan with the smaller objective wins.
 4. On a node, workers take its free GPUs in order; then a sparse local search over the whole
    problem tries, for every worker, exchanges and moves with each GPU of its own node and of
    the nodes its traffic partners use — the only moves that can lower its cost — until none
-   improves. Intra-node link matrices (PCIe servers) are priced exactly there.
+   improves. Intra-node link matrices (PCIe servers) are priced exactly there. Under a time
+   limit, an iterated local search (kicks, descent, keep the better) uses the time left.
 
 A raw QAP has no hierarchy: the method then runs the dense greedy construction and swaps.
 Not exact: ``optimal`` only when the lower bound meets the result.
@@ -171,13 +175,6 @@ def _choose_children(
 def _nodes_needed(nodes: np.ndarray, n: int) -> int:
     counts = np.sort(np.unique(nodes, return_counts=True)[1])[::-1]
     return int(np.searchsorted(np.cumsum(counts), n) + 1)
-
-
-def _fill_node(members: np.ndarray, node: np.ndarray, n: int) -> np.ndarray:
-    """``n`` locations of ``members`` (one domain), fullest nodes first, in location order."""
-    ids, inv, counts = np.unique(node[members], return_inverse=True, return_counts=True)
-    order = np.lexsort((members, -counts[inv]))
-    return members[order][:n]
 
 
 def decompose(
