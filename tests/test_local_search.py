@@ -97,3 +97,16 @@ def test_same_seed_same_result_under_an_iteration_budget(method: str) -> None:
         for _ in range(2)
     ]
     assert np.array_equal(runs[0].assignment, runs[1].assignment)
+
+
+@given(st.integers(0, 2**31), st.integers(2, 9), st.integers(0, 4))
+@settings(max_examples=60, deadline=None)
+def test_dense_delta_matrix_matches_the_kernel(seed, n, dummies) -> None:
+    from tsched.solvers.tabu import dense_delta_matrix
+
+    k = n + dummies
+    f, d, lin = random_case(seed, n, k)
+    perm = np.random.default_rng(seed + 2).permutation(k).astype(np.int64)
+    fast = dense_delta_matrix(f, d, lin, perm, n)
+    slow = kernel.delta_matrix(f, d, lin, perm, n)
+    assert np.allclose(fast, slow, atol=1e-9 * max(1.0, np.abs(slow).max()))

@@ -95,7 +95,7 @@ def _update(f, d, lin, perm, delta, u, v, n_real):  # pragma: no cover - compile
 
 @njit(cache=True)
 def tabu_search(
-    f, d, lin, perm, n_real, iterations, tenure_lo, tenure_hi, aspiration, seed, target
+    f, d, lin, perm, n_real, iterations, tenure_lo, tenure_hi, aspiration, seed, target, delta
 ):  # pragma: no cover - compiled
     """Robust tabu search (Taillard 1991) for ``iterations`` moves from ``perm``.
 
@@ -103,7 +103,9 @@ def tabu_search(
     current tenure (random in [tenure_lo, tenure_hi], redrawn every 2·tenure_hi moves); a tabu
     move is still taken when it beats the best value (aspiration), and a move that places a
     facility on a location it has not visited for ``aspiration`` moves is forced. Stops early at
-    ``target``. Returns (best permutation, best value, moves made).
+    ``target``. ``delta`` is the delta matrix of ``perm`` (:func:`delta_matrix`, or the faster
+    :func:`tsched.solvers.tabu.dense_delta_matrix`); it is updated in place. Returns (best
+    permutation, best value, moves made).
     """
     np.random.seed(seed)
     k = perm.shape[0]
@@ -111,7 +113,6 @@ def tabu_search(
     current = cost(f, d, lin, perm)
     best = current
     best_perm = perm.copy()
-    delta = delta_matrix(f, d, lin, perm, n_real)
     tabu = np.full((k, k), -(k * k) - 1, dtype=np.int64)  # tabu[i, l]: when i last left l
     tabu_t = tabu.T.copy()  # tabu_t[l, i] = tabu[i, l]: the scan reads it row-wise
     tenure = np.random.randint(tenure_lo, tenure_hi + 1)

@@ -151,6 +151,39 @@ def run_chunks(
     return best_perm, best, moves
 
 
+def dense_delta_matrix(
+    f: np.ndarray, d: np.ndarray, lin: np.ndarray, perm: np.ndarray, n_real: int
+) -> np.ndarray:
+    """Every exchange's objective change at once, with matrix products (BLAS): the same upper
+    triangle as ``_local_kernel.delta_matrix`` (rows from ``n_real`` on left at 0) in O(k³)
+    flops but at BLAS speed instead of k² strided O(k) loops (k = 1024: 0.1 s against 8 s).
+
+    With P = d[perm][:, perm] (distance between the facilities' locations), A = fᵀP and
+    B = f Pᵀ, the sums over every q of Taillard's terms are A[r,s] − A[r,r] − A[s,s] + A[s,r]
+    and the same with B; the q = r and q = s terms are taken back out, the direct (r, s) term
+    and the linear costs added.
+    """
+    p = d[np.ix_(perm, perm)]
+    a = f.T @ p
+    b = f @ p.T
+    da, db = np.diag(a), np.diag(b)
+    full = a + a.T - da[:, None] - da[None, :] + b + b.T - db[:, None] - db[None, :]
+    fd, pd = np.diag(f), np.diag(p)
+    fr = fd[:, None]  # f[r, r]
+    fs = fd[None, :]  # f[s, s]
+    pr, ps = pd[:, None], pd[None, :]
+    # q = r and q = s terms of both sums, as the full sums counted them
+    out1 = (fr - f) * (p - pr) + (f.T - fs) * (ps - p.T)
+    out2 = (fr - f.T) * (p.T - pr) + (f - fs) * (ps - p)
+    direct = (f - f.T) * (p.T - p)
+    lp = lin[:, perm]  # lp[r, x]: cost of facility r on x's location
+    ld = np.diag(lp)
+    linear = lp + lp.T - ld[:, None] - ld[None, :]
+    delta = np.triu(full - out1 - out2 + direct + linear, 1)
+    delta[n_real:] = 0.0
+    return np.ascontiguousarray(delta)
+
+
 def _tenure(value: Any, k: int) -> tuple[int, int]:
     """The tenure range: default (0.9·k, 1.1·k); a given one must be two integers lo ≤ hi."""
     if value is None:
@@ -220,6 +253,7 @@ def tabu(
             5 * k * k,
             chunk_seed % (2**31),
             target,
+            dense_delta_matrix(sub.flow, sub.dist, sub.linear, perm, sub.n_real),
         )
 
     if len(starts) == 1:
