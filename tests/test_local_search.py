@@ -110,3 +110,32 @@ def test_dense_delta_matrix_matches_the_kernel(seed, n, dummies) -> None:
     fast = dense_delta_matrix(f, d, lin, perm, n)
     slow = kernel.delta_matrix(f, d, lin, perm, n)
     assert np.allclose(fast, slow, atol=1e-9 * max(1.0, np.abs(slow).max()))
+
+
+@given(st.integers(0, 2**31), st.integers(2, 7), st.integers(0, 3), st.integers(1, 6))
+@settings(max_examples=60, deadline=None)
+def test_row_contiguous_update_matches_the_reference(seed, n, dummies, moves) -> None:
+    """The tabu kernel's fast update (fᵀ and the permuted distances kept current) gives the
+    same delta matrix as the reference ``_update``."""
+    k = n + dummies
+    f, d, lin = random_case(seed, n, k)
+    rng = np.random.default_rng(seed + 3)
+    perm = rng.permutation(k).astype(np.int64)
+    ref = kernel.delta_matrix(f, d, lin, perm, n)
+    fast = ref.copy()
+    ft = f.T.copy()
+    p = d[np.ix_(perm, perm)].copy()
+    pt = p.T.copy()
+    for _ in range(moves):
+        u, v = sorted(rng.choice(n if dummies == 0 else k, 2, replace=False))
+        if u >= n:
+            continue
+        perm[u], perm[v] = perm[v], perm[u]
+        kernel._exchange_rows_cols(p, u, v)
+        kernel._exchange_rows_cols(pt, u, v)
+        assert np.array_equal(p, d[np.ix_(perm, perm)])
+        kernel._update(f, d, lin, perm, ref, u, v, n)
+        kernel._update_rows(f, ft, p, pt, lin, perm, fast, u, v, n)
+        real = np.triu(np.ones((k, k), dtype=bool), 1)
+        real[n:, n:] = False
+        assert np.allclose(fast[real], ref[real])

@@ -94,6 +94,56 @@ def _update(f, d, lin, perm, delta, u, v, n_real):  # pragma: no cover - compile
 
 
 @njit(cache=True)
+def _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq):  # pragma: no cover - compiled
+    """:func:`swap_delta` on row-contiguous data: ``ft = fᵀ``, ``p[x, y] = d[perm[x],
+    perm[y]]`` and ``pt = pᵀ`` kept current by the caller; facilities from ``nq`` on are
+    dummies."""
+    delta = (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])
+    delta += lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
+    ftr, fts, ptr, pts = ft[r], ft[s], pt[r], pt[s]
+    fr, fs, pr, ps = f[r], f[s], p[r], p[s]
+    for q in range(nq):
+        if q == r or q == s:
+            continue
+        delta += (ftr[q] - fts[q]) * (pts[q] - ptr[q]) + (fr[q] - fs[q]) * (ps[q] - pr[q])
+    return delta
+
+
+@njit(cache=True)
+def _exchange_rows_cols(m, r, s):  # pragma: no cover - compiled
+    """Swap rows r and s, then columns r and s, of a square matrix in place. O(k)."""
+    k = m.shape[0]
+    for x in range(k):
+        m[r, x], m[s, x] = m[s, x], m[r, x]
+    for x in range(k):
+        m[x, r], m[x, s] = m[x, s], m[x, r]
+
+
+@njit(cache=True)
+def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no cover - compiled
+    """:func:`_update` on row-contiguous data (see :func:`_swap_delta_rows`); ``perm``, ``p``
+    and ``pt`` already reflect the exchange."""
+    k = perm.shape[0]
+    nq = min(k, n_real)
+    a = ft[u] - ft[v]  # a[x] = f[x,u] − f[x,v]
+    b = f[u] - f[v]  # b[x] = f[u,x] − f[v,x]
+    P = pt[u] - pt[v]  # P[x] = d[perm[x], perm[u]] − d[perm[x], perm[v]]
+    Q = p[u] - p[v]  # Q[x] = d[perm[u], perm[x]] − d[perm[v], perm[x]]
+    for r in range(nq):
+        if r == u or r == v:
+            for s in range(r + 1, k):
+                delta[r, s] = _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq)
+            continue
+        ar, br, Pr, Qr = a[r], b[r], P[r], Q[r]
+        row = delta[r]
+        for s in range(r + 1, k):
+            if s == u or s == v:
+                row[s] = _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq)
+                continue
+            row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
+
+
+@njit(cache=True)
 def tabu_search(
     f, d, lin, perm, n_real, iterations, tenure_lo, tenure_hi, aspiration, seed, target, delta
 ):  # pragma: no cover - compiled
@@ -113,6 +163,12 @@ def tabu_search(
     current = cost(f, d, lin, perm)
     best = current
     best_perm = perm.copy()
+    ft = f.T.copy()
+    p = np.empty((k, k))
+    for x in range(k):
+        for y in range(k):
+            p[x, y] = d[perm[x], perm[y]]
+    pt = p.T.copy()
     tabu = np.full((k, k), -(k * k) - 1, dtype=np.int64)  # tabu[i, l]: when i last left l
     tabu_t = tabu.T.copy()  # tabu_t[l, i] = tabu[i, l]: the scan reads it row-wise
     tenure = np.random.randint(tenure_lo, tenure_hi + 1)
@@ -159,8 +215,10 @@ def tabu_search(
         tabu_t[perm[r], r] = it
         tabu_t[perm[s], s] = it
         perm[r], perm[s] = perm[s], perm[r]
+        _exchange_rows_cols(p, r, s)
+        _exchange_rows_cols(pt, r, s)
         current += chosen
-        _update(f, d, lin, perm, delta, r, s, n_real)
+        _update_rows(f, ft, p, pt, lin, perm, delta, r, s, n_real)
         if current < best - 1e-12:
             best = current
             best_perm[:] = perm
