@@ -40,7 +40,7 @@ def _kernel() -> Any:
 #: Largest sub-problem (locations) searched by default.
 MAX_LOCATIONS = 1024
 #: Longest chunk (moves per location) before a restart from the best plan.
-CHUNK_CAP = 50
+CHUNK_CAP = 500
 
 
 #: Largest raw QAP (locations) that gets FAQ starts.
