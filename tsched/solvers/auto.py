@@ -73,8 +73,9 @@ def auto(
     current, label = greedy, "greedy"
     if problem.cluster is not None:
         left = limit - (time.perf_counter() - start)
+        share = left / 2 if n > TABU_MAX_WORKERS else left / 3  # no tabu stage above the limit
         hier = get_solver("hierarchical").fn(
-            problem, time_limit=max(0.05, left / 3), seed=seed, options={}
+            problem, time_limit=max(0.05, share), seed=seed, options={}
         )
         if objective(problem, hier.assignment) < value - tol:
             current, label = hier, "hierarchical"
