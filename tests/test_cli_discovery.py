@@ -42,8 +42,10 @@ def test_inventory_with_nccl_tests_marks_the_link_measured(capsys, tmp_path) -> 
     )
     run_file = tmp_path / "leaf.txt"
     run_file.write_text(template.format(ranks=ranks))
-    src = tmp_path / "c.yaml"
-    tsched.write_cluster(tsched.load_cluster("dgx-h100-4node"), src)
+    src = tmp_path / "topology.conf"
+    code, _, _ = run(capsys, "topology", "convert", "dgx-h100-4node", "--to", "slurm-tree",
+                     "-o", str(src), "--quiet")  # fmt: skip
+    assert code == 0
     code, out, err = run(capsys, "inventory", "slurm", str(src), "--nccl-tests", str(run_file))
     assert code == 0, err
     doc = yaml.safe_load(out)
@@ -78,6 +80,11 @@ def test_convert_to_topology_objects(capsys, fmt: str) -> None:
         "network.topology.nvidia.com/accelerator",
         "kubernetes.io/hostname",
     ]
+
+
+def test_inventory_reads_only_the_format_it_names(capsys, tmp_path) -> None:
+    code, _, err = run(capsys, "inventory", "slurm", str(TG / "nvl72.yaml"))
+    assert code == 2 and "nvl72.yaml:" in err and "KEY=VALUE" in err
 
 
 def test_bad_topology_input_is_one_line_exit_2(capsys, tmp_path) -> None:

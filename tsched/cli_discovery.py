@@ -81,6 +81,29 @@ def read_any_cluster(path: str, args: argparse.Namespace) -> Any:
     )
 
 
+def _import(source: str, path: str, args: argparse.Namespace) -> Any:
+    """The reader ``source`` names, and only that one (a wrong file is an error, not a guess)."""
+    from tsched._io import read_text
+    from tsched.formats import slurm, topograph
+    from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo
+    from tsched.formats.topology import cluster_from_tree
+
+    p = Path(path)
+    if source == "nvidia-smi":
+        text = read_text(p, "nvidia-smi topo -m output")
+        return cluster_from_topo(parse_topo(text, str(p)), args.host or p.stem, args.gpu_model,
+                                 args.memory_gb)  # fmt: skip
+    node_type, link = _node_type(args)
+    if source == "topograph":
+        if p.suffix == ".json":
+            return topograph.read_nodes_json(p, node_type, link)
+        return cluster_from_tree(topograph.read_model(p), p.stem, str(p), node_type, link)
+    kind, topo = slurm.read_topology_conf(p)
+    if kind == "block":
+        return slurm.cluster_from_blocks(topo, p.stem, str(p), node_type, link)
+    return cluster_from_tree(topo, p.stem, str(p), node_type, link)
+
+
 # ---------------------------------------------------------------------- inventory
 def _local(args: argparse.Namespace) -> Any:
     from tsched.discovery import nvml, sysfs
@@ -164,7 +187,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     else:
         if not args.file:
             raise InputError(f"tsched inventory {args.source}: FILE is required")
-        cluster = read_any_cluster(args.file, args)
+        cluster = _import(args.source, args.file, args)
     cluster = _apply_nccl(cluster, args)
     if args.output:
         tsched.write_cluster(cluster, args.output)
