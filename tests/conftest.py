@@ -90,8 +90,9 @@ def cluster4() -> Cluster:
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real local Ray cluster: a head without GPUs, three simulated GPU nodes with topology
-    labels, and one GPU node with no CPU (tasks needing a CPU never run there). One per test
-    session; everything it started is shut down at the end."""
+    labels and one custom resource per GPU (tsched's convention), and one GPU node with no CPU
+    (tasks needing a CPU never run there). One per test session; everything it started is shut
+    down at the end."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster as RayCluster
 
@@ -105,9 +106,21 @@ def ray_cluster():
         ("gpu-c", 8, {"tsched.io/leaf": "l1", "tsched.io/spine": "s0",
                       "tsched.io/gpu-model": "H100", "tsched.io/gpu-memory-gb": "80"}),
     ]  # fmt: skip
+    from tsched.backends.ray import gpu_resource
+
     for name, gpus, labels in specs:
-        cluster.add_node(num_cpus=1, num_gpus=gpus, labels={"tsched.io/node": name, **labels})
-    cluster.add_node(num_cpus=0, num_gpus=2, labels={"tsched.io/node": "no-cpu"})
+        cluster.add_node(
+            num_cpus=2,
+            num_gpus=gpus,
+            labels={"tsched.io/node": name, **labels},
+            resources={gpu_resource(name, i): 1 for i in range(gpus)},
+        )
+    cluster.add_node(
+        num_cpus=0,
+        num_gpus=2,
+        labels={"tsched.io/node": "no-cpu"},
+        resources={gpu_resource("no-cpu", i): 1 for i in range(2)},
+    )
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     try:
         yield cluster

@@ -1,0 +1,1 @@
+"""Thin executors that turn a plan into running work: Ray (placement groups)."""
