@@ -154,3 +154,58 @@ def test_execution_timeout_cancels_the_workers(ray_cluster) -> None:
     assert _nothing_reserved()
     free = {k for node in available_resources_per_node().values() for k in node}
     assert gpu_resource("gpu-c", 1) in free
+
+
+@pytest.mark.ray
+def test_cli_runs_a_plan_and_reports_per_worker(ray_cluster, tmp_path, capsys) -> None:
+    import json
+
+    from tsched.cli import main
+    from tsched.plan import write_plan
+
+    path = tmp_path / "plan.json"
+    write_plan(make_plan(("gpu-c", 6), ("gpu-a", 2)), path)
+    code = main(["run", "ray", str(path), "--json", "--", sys.executable, "-c", "print('hi')"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [(w["rank"], w["node"], w["cuda_visible_devices"], w["value"]) for w in doc["workers"]] \
+        == [(0, "gpu-c", "6", 0), (1, "gpu-a", "2", 0)]  # fmt: skip
+    write_plan(make_plan(("gpu-c", 9)), path)
+    code = main(["run", "ray", str(path), "--entrypoint", "tsched.backends.ray:report"])
+    _, err = capsys.readouterr()
+    assert code == 3 and err.count("\n") == 1 and "does not advertise" in err
+
+
+@pytest.mark.ray
+def test_replay_writes_jct_records_per_policy(ray_cluster, tmp_path) -> None:
+    import numpy as np
+
+    import tsched
+    from tsched.backends.ray import ReplayJob, replay
+    from tsched.compare.records import read_records, write_records
+    from tsched.discovery.ray import inventory
+
+    cluster = inventory(timeout=20).cluster  # the model of the live cluster, discovered
+    pair = np.kron(np.eye(2), np.ones((2, 2)) - np.eye(2)) * 40 + 1  # two chatty pairs
+    np.fill_diagonal(pair, 0)
+    work = tsched.Workload.from_matrix("pairs", pair)
+    jobs = [ReplayJob("j1", 0.0, work, compute_s=0.2), ReplayJob("j2", 0.1, work, compute_s=0.2)]
+    records = replay(jobs, ["greedy", "spread"], cluster)
+    assert [(r.policy, r.job) for r in records] == [
+        ("greedy", "j1"), ("greedy", "j2"), ("spread", "j1"), ("spread", "j2")
+    ]  # fmt: skip
+    for r in records:
+        assert r.source == "executed" and r.gpus == 4
+        assert r.submit <= r.start < r.end and r.jct == pytest.approx(r.end - r.submit)
+        assert r.jct >= 0.2
+    greedy = [r for r in records if r.policy == "greedy"]
+    spread = [r for r in records if r.policy == "spread"]
+    assert all(g.nodes == 1 for g in greedy) and all(s.nodes == 3 for s in spread)
+    assert all(g.objective < s.objective for g, s in zip(greedy, spread))
+    path = tmp_path / "records.csv"
+    write_records(records, path)
+    assert [(r.policy, r.job, r.gpus) for r in read_records(path)] == [
+        (r.policy, r.job, r.gpus) for r in records
+    ]
+    assert _nothing_reserved()

@@ -266,19 +266,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_presets)
 
-    from tsched.cli_discovery import add_parsers
+    from tsched import cli_discovery, cli_run
 
-    add_parsers(sub)
+    cli_discovery.add_parsers(sub)
+    cli_run.add_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``tsched`` console script; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] = []
+    if "--" in argv:  # `tsched run ray PLAN -- CMD …`: everything after `--` is the command
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1 :]
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already reported
         return int(exc.code or 0)
+    if rest:
+        if not hasattr(args, "cmd_argv"):
+            sys.stderr.write("tsched: error: `-- COMMAND` is only for `tsched run ray`\n")
+            return EXIT_INPUT
+        args.cmd_argv = rest
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
