@@ -127,3 +127,10 @@ def ray_cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the tests that use the local Ray cluster last and together: the cluster (several
+    raylets) then lives only while they run, not while CPU-heavy solver tests load the two
+    cores, which can starve Ray's health checks and make it end the test process."""
+    items.sort(key=lambda item: item.get_closest_marker("ray") is not None)

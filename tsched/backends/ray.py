@@ -293,11 +293,15 @@ def run(
             )
         return sorted(results, key=lambda r: r.rank)
     finally:
-        for ref in refs:
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # already finished or gone
-                pass
+        # cancel only what has not finished: force-cancelling a task that is completing can
+        # crash the Ray driver (seen with ray 2.60)
+        if refs:
+            _, unfinished = ray.wait(refs, num_returns=len(refs), timeout=0)
+            for ref in unfinished:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # finished meanwhile, or gone
+                    pass
         remove_placement_group(pg)
         _wait_released(pg, [next(iter(b)) for b in bundles])
 
