@@ -227,3 +227,20 @@ def test_ray_start_flags_follow_the_convention() -> None:
     assert labels == {"tsched.io/node": "node002", "tsched.io/leaf": "l0", "tsched.io/spine": "s0"}
     resources = json.loads(args[5].removeprefix("--resources="))
     assert resources == {gpu_resource("node002", i): 1 for i in range(8)}
+
+
+def test_an_address_nobody_listens_on_fails_fast(tmp_path, capsys) -> None:
+    pytest.importorskip("ray")
+    import ray
+
+    from tsched.cli import main
+    from tsched.plan import write_plan
+
+    if ray.is_initialized():
+        pytest.skip("a Ray session is already open in this process")
+    path = tmp_path / "plan.json"
+    write_plan(make_plan(("gpu-a", 0)), path)
+    code = main(["run", "ray", str(path), "--entrypoint", "tsched.backends.ray:report",
+                 "--address", "127.0.0.1:1"])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 3 and "cannot connect to Ray at 127.0.0.1:1" in err

@@ -139,7 +139,10 @@ def _nodes_by_label(ray: Any) -> dict[str, dict[str, Any]]:
 
 def live_problems(plan: Plan) -> list[str]:
     """What stops ``plan`` on the connected Ray cluster now: missing or dead nodes, GPUs the
-    node does not define, GPUs whose resource is held by someone else. Empty when it can run."""
+    node does not define, GPUs whose resource is held by someone else. Empty when it can run.
+
+    Free resources per node come from ``ray._private.state.available_resources_per_node``, a
+    private Ray API (checked with ray 2.60); a change there shows up in the executor tests."""
     ray = _ray()
     from ray._private.state import available_resources_per_node
 
@@ -223,9 +226,9 @@ def run(
         raise InputError("give exactly one of an entrypoint (module:function) or a command")
     if entrypoint is not None:
         _resolve(entrypoint)  # fail early, before anything is reserved
-    ray = _ray()
-    if not ray.is_initialized():
-        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False)
+    from tsched.discovery.ray import connect
+
+    ray = connect(address, ExecutorError)
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 

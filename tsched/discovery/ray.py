@@ -38,7 +38,14 @@ from tsched.errors import DiscoveryError, InputError
 from tsched.formats.nccl_tests import apply_measurement, utc_now
 from tsched.formats.topology import DEFAULT_LEVEL_GBPS, default_node_type
 
-__all__ = ["RayInventory", "inventory", "Measurement", "measure_links", "LEVEL_LABELS"]
+__all__ = [
+    "RayInventory",
+    "inventory",
+    "Measurement",
+    "measure_links",
+    "connect",
+    "LEVEL_LABELS",
+]
 
 #: tsched's own level labels, nearest first.
 LEVEL_LABELS = (("nvl", "tsched.io/nvl"), ("leaf", "tsched.io/leaf"),
@@ -46,21 +53,31 @@ LEVEL_LABELS = (("nvl", "tsched.io/nvl"), ("leaf", "tsched.io/leaf"),
 NAME_LABEL = "tsched.io/node"
 
 
-def _ray() -> Any:
+def _connect(address: str | None) -> Any:
+    return connect(address, DiscoveryError)
+
+
+def connect(address: str | None, error: type[Exception] = DiscoveryError) -> Any:
+    """The ``ray`` module, initialised against ``address`` (``auto``: the cluster this machine
+    belongs to). An explicit ``host:port`` that nothing listens on fails within seconds, with
+    ``error``, instead of Ray's minutes of retries."""
     try:
         import ray
     except ImportError:
-        raise DiscoveryError("the Ray inventory needs ray (pip install 'tsched[ray]')") from None
-    return ray
-
-
-def _connect(address: str | None) -> Any:
-    ray = _ray()
-    if not ray.is_initialized():
+        raise error("this needs ray (pip install 'tsched[ray]')") from None
+    if ray.is_initialized():
+        return ray
+    target = address or "auto"
+    host, _, port = target.rpartition(":")
+    if host and port.isdigit() and "://" not in target:
         try:
-            ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise DiscoveryError(f"cannot connect to Ray at {address or 'auto'}: {exc}") from None
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise error(f"cannot connect to Ray at {target}: {exc.strerror or exc}") from None
+    try:
+        ray.init(address=target, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise error(f"cannot connect to Ray at {target}: {exc}") from None
     return ray
 
 
