@@ -32,6 +32,7 @@ from benchmarks._common import machine, markdown_table, write_result
 from tsched.cluster import Cluster
 from tsched.formats.cluster_yaml import cluster_from_dict
 from tsched.problem import PlacementProblem, objective
+from tsched.solvers.auto import TABU_MAX_WORKERS
 from tsched.solvers.bounds import best_bound
 from tsched.workload import Layout, ModelSpec, Workload
 
@@ -60,7 +61,6 @@ SUMMARY = [
     "kai-tas",
     "FAQ x10",
 ]
-TABU_MAX_WORKERS = 1024
 
 
 def fabric(nodes: int, per_leaf: int, leaves_per_spine: int) -> Cluster:

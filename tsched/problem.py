@@ -198,6 +198,19 @@ class PlacementProblem:
             out = self._cache["csr"] = sp.csr_array((self.gb, (self.src, self.dst)), shape=(n, n))
         return out
 
+    def flow_symmetric(self) -> sp.csr_array:
+        """Traffic in both directions, f + fᵀ, as CSR with sorted indices, no diagonal and no
+        stored zeros (cached): the undirected job graph partitioners and graph growing use."""
+        out = self._cache.get("csr_sym")
+        if out is None:
+            flow = self.flow_csr()
+            out = (flow + flow.T).tocsr()
+            out.setdiag(0)
+            out.eliminate_zeros()
+            out.sort_indices()
+            self._cache["csr_sym"] = out
+        return out
+
     def flow_dense(self) -> np.ndarray:
         """Traffic as a dense (n, n) matrix (cached, read-only)."""
         out = self._cache.get("flow")

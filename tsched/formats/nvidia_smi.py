@@ -35,6 +35,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from tsched._io import read_text
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import InputError
 
@@ -156,7 +157,7 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
             if m:
                 nic_names[m.group(1)] = m.group(2)
             continue
-        cells = [c for c in _cells(line)]
+        cells = _cells(line)
         label = cells[0] if cells else ""
         if not _DEVICE.match(label):
             raise InputError(
@@ -224,12 +225,7 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
 
 def read_topo(path: str | os.PathLike[str]) -> TopoMatrix:
     """Read a saved ``nvidia-smi topo -m`` output file."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_topo(text, str(path))
+    return parse_topo(read_text(path, "nvidia-smi topo -m output"), str(path))
 
 
 def _nvlink_per_link(gpu_model: str | None) -> tuple[float, str]:

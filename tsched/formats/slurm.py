@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from tsched._io import atomic_write_text, read_text
+from tsched._io import read_text
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import InputError
 from tsched.formats.topology import (
@@ -25,7 +25,6 @@ from tsched.formats.topology import (
     hostlist_compress,
     hostlist_expand,
     one_type_cluster,
-    tree_from_cluster,
 )
 
 __all__ = [
@@ -247,11 +246,3 @@ def read_topology_conf(path: str | os.PathLike[str]) -> tuple[str, SwitchTree | 
     if re.search(r"^\s*BlockName\s*=", text, re.MULTILINE):
         return "block", parse_block(text, str(path))
     return "tree", parse_tree(text, str(path))
-
-
-def write_topology_conf(text: str, path: str | os.PathLike[str]) -> None:
-    atomic_write_text(path, text)
-
-
-def tree_text_from_cluster(cluster: Cluster) -> str:
-    return write_tree(tree_from_cluster(cluster))

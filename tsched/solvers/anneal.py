@@ -9,16 +9,13 @@ Seeded and reproducible under an iteration budget. Not exact.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers.bounds import best_bound
-from tsched.solvers.greedy import subproblem
 from tsched.solvers.registry import SolverOutput, register
-from tsched.solvers.tabu import MAX_LOCATIONS, run_chunks, start_and_pool, start_permutation
+from tsched.solvers.tabu import MAX_LOCATIONS, prepare_search, run_chunks, start_permutation
 
 __all__ = ["anneal", "calibrate_temperature"]
 
@@ -61,19 +58,14 @@ def calibrate_temperature(sub: Any, seed: int, samples: int = 500) -> tuple[floa
 def anneal(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
-    begin = time.perf_counter()
-    starts, extra = start_and_pool(problem, options, seed, time_limit)
-    sub = subproblem(problem, starts[0], extra)
+    search = prepare_search(problem, options, seed, time_limit)
+    if search.trivial:
+        return SolverOutput(search.starts[0], message="anneal: nothing to exchange")
+    sub, time_limit, target = search.sub, search.time_limit, search.target
     k = len(sub.pos)
-    if k < 2 or problem.n_workers < 2:
-        return SolverOutput(starts[0], message="anneal: nothing to exchange")
-    begin_perm = start_permutation(sub, min(starts, key=lambda a: objective(problem, a)))
-    if time_limit is not None:
-        time_limit = max(0.0, time_limit - (time.perf_counter() - begin))
+    begin_perm = start_permutation(sub, min(search.starts, key=lambda a: objective(problem, a)))
     t_start, t_end = calibrate_temperature(sub, seed)
     iterations = int(options.get("iterations", 2000 * k if time_limit is None else 10**12))
-    known, _ = best_bound(problem)
-    target = -np.inf if known is None else known + 1e-9 * max(1.0, abs(known))
     cycle = max(1000, 50 * k * k)
 
     def step(perm: np.ndarray, budget: int, chunk_seed: int) -> Any:

@@ -152,8 +152,7 @@ def construct_cluster(
     problem: PlacementProblem, per_level: int = 4
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Best graph-growing assignment over candidate domains; returns (assignment, domain, info)."""
-    flow = problem.flow_csr()
-    sym = (flow + flow.T).tocsr()
+    sym = problem.flow_symmetric()
     best: tuple[float, np.ndarray, np.ndarray, str] | None = None
     candidates = candidate_sets(problem, per_level)
     for level, dom, locs in candidates:

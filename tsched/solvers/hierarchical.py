@@ -59,13 +59,8 @@ def have_metis() -> bool:
 
 # ---------------------------------------------------------------------- partitioning
 def symmetric_graph(problem: PlacementProblem) -> sp.csr_array:
-    """Traffic in both directions, f + fᵀ, as CSR with sorted indices and no zeros."""
-    flow = problem.flow_csr()
-    sym = (flow + flow.T).tocsr()
-    sym.setdiag(0)
-    sym.eliminate_zeros()
-    sym.sort_indices()
-    return sym
+    """Traffic in both directions, f + fᵀ (:meth:`PlacementProblem.flow_symmetric`)."""
+    return problem.flow_symmetric()
 
 
 def _csr(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -129,7 +124,10 @@ def partition(
 # ---------------------------------------------------------------------- the tree of domains
 def nested_keys(problem: PlacementProblem) -> np.ndarray:
     """(m, L + 2) domain ids per location, top first: [root, top level, …, node], each keyed by
-    its parent so the levels nest even when the cluster's do not."""
+    its parent so the levels nest even when the cluster's do not (cached on the problem)."""
+    cached = problem._cache.get("nested_keys")
+    if cached is not None:
+        return cached
     _, cols = domain_columns(problem)  # [node, level1, …]
     m = problem.n_locations
     keys = [np.zeros(m, dtype=np.int64)]
@@ -137,7 +135,8 @@ def nested_keys(problem: PlacementProblem) -> np.ndarray:
         pair = np.stack([keys[-1], cols[:, k].astype(np.int64)], axis=1)
         _, inv = np.unique(pair, axis=0, return_inverse=True)
         keys.append(inv.reshape(-1).astype(np.int64))
-    return np.stack(keys, axis=1)
+    out = problem._cache["nested_keys"] = np.stack(keys, axis=1)
+    return out
 
 
 def _choose_children(

@@ -16,6 +16,7 @@ Compiled with numba when installed; ``_local_kernel`` runs as plain Python other
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -104,6 +105,34 @@ def _nearest_first(problem: PlacementProblem, start: np.ndarray) -> np.ndarray:
     used = np.unique(nodes[start])
     level = problem.cluster.node_meet_level()[np.ix_(nodes, used)].min(axis=1)
     return np.argsort(level, kind="stable")
+
+
+@dataclass(frozen=True)
+class Search:
+    """What tabu and anneal both start from: the start plans, the dense sub-problem built on
+    the first, the time left after building them, and the bound that stops a search early."""
+
+    starts: list[np.ndarray]
+    sub: SubProblem
+    time_limit: float | None
+    target: float
+    trivial: bool  # fewer than two workers or locations: nothing to exchange
+
+
+def prepare_search(
+    problem: PlacementProblem, options: dict[str, Any], seed: int, time_limit: float | None
+) -> Search:
+    """Start plans, sub-problem, time left and target of a tabu or annealing run."""
+    begin = time.perf_counter()
+    starts, extra = start_and_pool(problem, options, seed, time_limit)
+    sub = subproblem(problem, starts[0], extra)
+    if len(sub.pos) < 2 or problem.n_workers < 2:
+        return Search(starts, sub, time_limit, -np.inf, True)
+    if time_limit is not None:
+        time_limit = max(0.0, time_limit - (time.perf_counter() - begin))
+    known, _ = best_bound(problem)
+    target = -np.inf if known is None else known + 1e-9 * max(1.0, abs(known))
+    return Search(starts, sub, time_limit, target, False)
 
 
 def run_chunks(
@@ -226,19 +255,14 @@ def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndar
 def tabu(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
-    begin = time.perf_counter()
-    starts, extra = start_and_pool(problem, options, seed, time_limit)
-    sub = subproblem(problem, starts[0], extra)
+    search = prepare_search(problem, options, seed, time_limit)
+    if search.trivial:
+        return SolverOutput(search.starts[0], message="tabu: nothing to exchange")
+    starts, sub, time_limit, target = search.starts, search.sub, search.time_limit, search.target
     k = len(sub.pos)
-    if k < 2 or problem.n_workers < 2:
-        return SolverOutput(starts[0], message="tabu: nothing to exchange")
-    if time_limit is not None:
-        time_limit = max(0.0, time_limit - (time.perf_counter() - begin))
     begin = time.perf_counter()
     lo, hi = _tenure(options.get("tenure"), k)
     iterations = int(options.get("iterations", 200 * k if time_limit is None else 10**12))
-    known, _ = best_bound(problem)
-    target = -np.inf if known is None else known + 1e-9 * max(1.0, abs(known))
 
     def step(perm: np.ndarray, budget: int, chunk_seed: int) -> Any:
         return _kernel().tabu_search(
