@@ -266,10 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_presets)
 
-    from tsched import cli_discovery, cli_run
+    from tsched import cli_compare, cli_discovery, cli_run
 
     cli_discovery.add_parsers(sub)
     cli_run.add_parsers(sub)
+    cli_compare.add_parsers(sub)
     return parser
 
 

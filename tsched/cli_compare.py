@@ -1,0 +1,219 @@
+"""``tsched compare``: replay a trace through placement policies; ``tsched compare calibrate``:
+fit and check the job time model on measured step times."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from tsched.errors import InputError
+
+__all__ = ["add_parsers"]
+
+
+def _progress(quiet: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True, quiet=quiet),
+        transient=True,
+    )
+
+
+def _budgets(text: str | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        key, sep, value = part.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            raise InputError(
+                f"--budgets: expected TENANT=WEIGHT or TENANT/PROJECT=WEIGHT pairs, got {part!r}"
+            )
+    return out
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if args.action == "calibrate":
+        return cmd_calibrate(args)
+    import tsched
+    from tsched.compare.calibrate import load_jobmodel
+    from tsched.compare.policies import parse_policies, sweep
+    from tsched.compare.report import write_report
+    from tsched.compare.simulator import SimConfig
+    from tsched.compare.traces import load_trace, parse_mapping
+
+    for flag in ("trace", "policies", "cluster", "out"):
+        if not getattr(args, flag):
+            raise InputError(f"tsched compare: --{flag} is required")
+    cluster = tsched.load_cluster(args.cluster)
+    usable = int((~cluster.busy_mask).sum())
+    jobs = load_trace(
+        args.trace,
+        mapping=parse_mapping(args.columns) if args.columns else None,
+        limit=args.limit,
+        max_gpus=usable,
+    )
+    budgets = _budgets(args.budgets)
+    base = SimConfig(
+        queue=args.queue,
+        time_limit=args.time_limit,
+        budgets=budgets,
+        window=args.window,
+        min_runtime=args.min_runtime,
+        preemption=not args.no_preemption,
+    )
+    configs = parse_policies(args.policies, base)
+    collective = apps = None
+    if args.jobmodel:
+        collective, apps = load_jobmodel(args.jobmodel)
+    quiet = args.quiet or args.json
+    with _progress(quiet) as bar:
+        task = bar.add_task(
+            f"{len(jobs)} jobs × {len(configs) * args.seeds} runs", total=len(configs) * args.seeds
+        )
+        results = sweep(
+            jobs,
+            cluster,
+            configs,
+            args.seeds,
+            collective=collective,
+            apps=apps,
+            use_ray=args.ray,
+            ray_address=args.address,
+            progress=lambda _res: bar.advance(task),
+        )
+    paths = write_report(
+        args.out,
+        results,
+        usable_gpus=usable,
+        title=f"{args.trace} on {cluster.name} ({args.queue})",
+        seeds=args.seeds,
+        budgets=budgets,
+        plots=not args.no_plots,
+    )
+    summary = json.loads(paths[2].read_text())
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(jobs)} jobs on {cluster.name}, queue {args.queue}")
+    for col in ("policy", "avg JCT (h)", "p95 (h)", "p99 (h)", "queue delay (h)", "util",
+                "sim s"):  # fmt: skip
+        table.add_column(col)
+    for s in summary["runs"]:
+        table.add_row(
+            s["label"], f"{s['jct_mean'] / 3600:.2f}", f"{s['jct_p95'] / 3600:.2f}",
+            f"{s['jct_p99'] / 3600:.2f}", f"{s['queue_delay_mean'] / 3600:.2f}",
+            f"{s['utilisation']:.1%}", f"{s['simulation_seconds']:.1f}",
+        )  # fmt: skip
+    con = Console(highlight=False)
+    con.print(table)
+    con.print(f"wrote {', '.join(p.name for p in paths)} to {args.out}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import tsched
+    from tsched.compare.calibrate import (
+        calibrate,
+        load_jobmodel,
+        read_placements,
+        write_calibration,
+    )
+
+    for flag in ("placements", "cluster", "out"):
+        if not getattr(args, flag):
+            raise InputError(f"tsched compare calibrate: --{flag} is required")
+    cluster = tsched.load_cluster(args.cluster)
+    rows = read_placements(args.placements)
+    collective = load_jobmodel(args.jobmodel)[0] if args.jobmodel else None
+    if args.network == "fixed" and collective is None:
+        from tsched.compare.simulator import default_apps
+
+        collective = default_apps()[0]
+    quiet = args.quiet or args.json
+    apps = sorted({r.application for r in rows})
+    with _progress(quiet) as bar:
+        task = bar.add_task("calibrating", total=len(apps))
+        predictions, summary = calibrate(
+            rows,
+            cluster,
+            fit_max_nodes=args.fit_max_nodes,
+            network=args.network,
+            collective=collective,
+            progress=lambda _name: bar.advance(task),
+        )
+    paths = write_calibration(args.out, predictions, summary, cluster)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.placements}: {summary['protocol']}")
+    for col in ("application", "fit rows", "predicted", "rank corr", "median error", "ceiling"):
+        table.add_column(col)
+    for name, e in summary["applications"].items():
+        table.add_row(
+            name, str(e["fit_rows"]), str(e["predicted_rows"]),
+            f"{e.get('rank_correlation', float('nan')):.3f}",
+            f"{e.get('median_relative_error', float('nan')):.1%}",
+            f"{e.get('ceiling_rank_correlation', float('nan')):.3f}",
+        )  # fmt: skip
+    con = Console(highlight=False)
+    con.print(table)
+    con.print(f"wrote {', '.join(p.name for p in paths)} to {args.out}")
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    from tsched.compare.simulator import QUEUES
+
+    p = sub.add_parser(
+        "compare",
+        help="replay a job trace through placement policies (or: compare calibrate …)",
+        description="Replay a trace through placement policies and write records, a summary, "
+        "a report and plots; `tsched compare calibrate` fits and checks the job time model.",
+    )
+    p.add_argument("action", nargs="?", choices=("calibrate",), help="calibrate the job model")
+    p.add_argument("--trace", metavar="CSV", help="trace file (format detected from the header)")
+    p.add_argument("--columns", metavar="MAP", help="generic CSV mapping, e.g. "
+                   "submit=start,gpus=num_gpu,duration=runtime,tenant=user")  # fmt: skip
+    p.add_argument("--policies", metavar="A,B,…", help="solver names, +frag for "
+                   "fragmentation-aware (e.g. greedy,pack,greedy+frag)")  # fmt: skip
+    p.add_argument("--cluster", metavar="PATH", help="cluster/v1 file or preset")
+    p.add_argument("--queue", default="fifo", choices=QUEUES, help="queue policy (default fifo)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per policy (default 1)")
+    p.add_argument("--budgets", metavar="T=W,…", help="fair-share budgets (tenant or "
+                   "tenant/project)")  # fmt: skip
+    p.add_argument("--window", type=float, default=6 * 3600.0, help="fair-share window, s")
+    p.add_argument("--min-runtime", type=float, default=600.0,
+                   help="protected runtime before preemption, s")  # fmt: skip
+    p.add_argument("--no-preemption", action="store_true", help="fair share never preempts")
+    p.add_argument("--time-limit", type=float, default=1.0, help="seconds per placement solve")
+    p.add_argument("--limit", type=int, default=None, help="first N jobs of the trace")
+    p.add_argument("--jobmodel", metavar="JSON", help="job model (jobmodel/v1) to use")
+    p.add_argument("--ray", action="store_true", help="run the sweep as Ray tasks")
+    p.add_argument("--address", default=None, help="Ray address for --ray (default: local)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--placements", metavar="CSV", help="calibrate: measured step times")
+    p.add_argument("--fit-max-nodes", type=int, default=1,
+                   help="calibrate: fit applications on rows spanning <= K nodes")  # fmt: skip
+    p.add_argument("--network", default="loo", choices=("loo", "fixed"),
+                   help="calibrate: fit the network leaving each application out (loo) or "
+                   "take the cluster's figures (fixed)")  # fmt: skip
+    p.add_argument("--out", metavar="DIR", help="output folder")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=cmd_compare)

@@ -1,0 +1,418 @@
+"""Calibrate the job time model on measured step times, and say how well it predicts.
+
+The protocol (``tsched compare calibrate``) keeps every prediction out of its own fit:
+
+1. **Application figures from its own small placements only.** Compute ``α + β·local_bsz`` is
+   fitted on the application's rows that span at most ``fit_max_nodes`` nodes (measured step
+   time minus measured sync time, least squares on relative error). The gradient size comes from
+   the model's parameter count (:data:`GRADIENT_GB`), or, for an application not listed, from
+   its own single-node sync times.
+2. **Network figures from the other applications.** The network bandwidth (a common scale on the
+   cluster's inter-node link classes) and the :class:`~tsched.compare.jobmodel.CollectiveModel`
+   figures are fitted on the multi-node rows of every *other* application (leave one
+   application out), so an application's multi-node measurements never shape its own predictions.
+3. **Predict** every row of the application that spans more than ``fit_max_nodes`` nodes, and
+   report the rank correlation (Spearman) and the median relative error.
+
+Alongside, ``ceiling_rank_correlation`` is what the best possible *additive* model (one factor
+per placement and one per batch size, fitted on the very rows being scored) reaches: measurement
+noise puts the limit there, whatever the model.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tsched._io import atomic_write_text, read_text
+from tsched.cluster import Cluster
+from tsched.compare.jobmodel import (
+    AppModel,
+    CollectiveModel,
+    _network_link,
+    placement_gpus,
+    placement_shape,
+)
+from tsched.errors import InputError
+
+__all__ = [
+    "GRADIENT_GB",
+    "COLUMNS",
+    "Measurement",
+    "read_placements",
+    "calibrate",
+    "fit_app",
+    "fit_network",
+    "scaled_network",
+]
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ("application", "placement", "local_bsz", "step_time", "sync_time")
+
+#: fp32 gradient GB per step from published parameter counts (4 bytes per parameter):
+#: bert = BERT-base (110 M), cifar10 = ResNet-18 (11.2 M), imagenet = ResNet-50 (25.6 M),
+#: ncf = NeuMF on MovieLens-1M (0.4 M: 9,746 users+items × (8 + 32) embeddings + MLP),
+#: deepspeech2 (≈ 38 M), yolov3 (61.9 M).
+GRADIENT_GB: dict[str, float] = {
+    "bert": 110e6 * 4 / 1e9,
+    "cifar10": 11.2e6 * 4 / 1e9,
+    "imagenet": 25.6e6 * 4 / 1e9,
+    "ncf": 0.4e6 * 4 / 1e9,
+    "deepspeech2": 38e6 * 4 / 1e9,
+    "yolov3": 61.9e6 * 4 / 1e9,
+}
+
+#: Bounds of the network fit: (bandwidth scale, overhead s, nic_sharing, two_node_factor, overlap).
+_LOWER = np.array([1e-3, 0.0, 0.0, 0.2, 1.0])
+_UPPER = np.array([1e3, 1.0, 2.0, 5.0, 10.0])
+_START = np.array([1.0, 0.01, 0.3, 1.5, 1.5])
+
+
+@dataclass(frozen=True)
+class Measurement:
+    application: str
+    placement: str
+    local_bsz: int
+    step_time: float
+    sync_time: float
+
+    @property
+    def nodes(self) -> int:
+        return len(self.placement)
+
+
+def read_placements(path: str | os.PathLike[str]) -> list[Measurement]:
+    """Rows of a Pollux-style ``placements`` CSV (columns :data:`COLUMNS`)."""
+    text = read_text(path, "placements CSV")
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError(
+            f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}"
+        )
+    out = []
+    for line, row in enumerate(reader, 2):
+        placement = (row["placement"] or "").strip()
+        if not placement.isdigit() or "0" in placement:
+            raise InputError(
+                f"{path}:{line}: placement {placement!r}: expected digits 1-9, one per node"
+            )
+        try:
+            m = Measurement(
+                row["application"].strip(),
+                placement,
+                int(row["local_bsz"]),
+                float(row["step_time"]),
+                float(row["sync_time"]),
+            )
+        except ValueError as exc:
+            raise InputError(f"{path}:{line}: {exc}") from None
+        if not m.step_time > 0 or m.sync_time < 0 or m.local_bsz < 1:
+            raise InputError(
+                f"{path}:{line}: step_time must be > 0, sync_time >= 0 and local_bsz >= 1"
+            )
+        out.append(m)
+    if not out:
+        raise InputError(f"{path}: no measurements")
+    return out
+
+
+# ---------------------------------------------------------------------------- application fit
+def fit_app(
+    name: str, rows: list[Measurement], cluster: Cluster, fit_max_nodes: int = 1
+) -> tuple[AppModel, str]:
+    """Fit one application's compute and gradient size on its rows spanning ≤ ``fit_max_nodes``.
+
+    Returns the model and where its gradient size came from (``parameters`` or ``fitted``).
+    """
+    small = [r for r in rows if r.nodes <= fit_max_nodes]
+    if len({r.local_bsz for r in small}) < 2:
+        raise InputError(
+            f"application {name!r}: needs measurements at two or more local_bsz values on at "
+            f"most {fit_max_nodes} node(s) to fit its compute time"
+        )
+    b = np.array([r.local_bsz for r in small], dtype=float)
+    y = np.array([max(r.step_time - r.sync_time, 1e-9) for r in small])
+    w = 1.0 / y
+    coef = np.linalg.lstsq(np.column_stack([w, w * b]), np.ones_like(y), rcond=None)[0]
+    alpha, beta = float(max(coef[0], 0.0)), float(max(coef[1], 0.0))
+    if name in GRADIENT_GB:
+        grad, source = GRADIENT_GB[name], "parameters"
+    else:
+        grad, source = _fit_gradient(name, small, cluster), "fitted"
+    typical = int(np.median([r.local_bsz for r in rows]))
+    return AppModel(name, alpha, beta, grad, typical), source
+
+
+def _fit_gradient(name: str, rows: list[Measurement], cluster: Cluster) -> float:
+    """Gradient GB from single-node sync times: sync ≈ 2(N−1)/N · S · seconds_per_gb."""
+    from tsched.compare.jobmodel import _hops
+
+    ratios = []
+    for r in rows:
+        gpus = placement_gpus(cluster, r.placement)
+        n = len(gpus)
+        if r.nodes == 1 and n > 1 and r.sync_time > 0:
+            spg, _lat = _hops(cluster, gpus)
+            ratios.append(r.sync_time / (2 * (n - 1) / n * spg))
+    if not ratios:
+        raise InputError(
+            f"application {name!r}: gradient size unknown (not in GRADIENT_GB) and no "
+            "single-node multi-GPU measurement to fit it from"
+        )
+    return float(np.median(ratios))
+
+
+# ---------------------------------------------------------------------------- network fit
+@dataclass(frozen=True)
+class _Rows:
+    """Vectorised features of measured rows for the network fit."""
+
+    compute: np.ndarray
+    grad: np.ndarray
+    ring: np.ndarray
+    m: np.ndarray
+    two: np.ndarray
+    spg: np.ndarray
+    lat: np.ndarray
+    measured: np.ndarray
+
+
+def _features(rows: list[Measurement], apps: dict[str, AppModel], cluster: Cluster) -> _Rows:
+    cols: dict[str, list[float]] = {k: [] for k in _Rows.__dataclass_fields__}
+    shapes: dict[str, tuple[int, int, int, float, float]] = {}
+    for r in rows:
+        if r.placement not in shapes:
+            gpus = placement_gpus(cluster, r.placement)
+            n, k, m = placement_shape(cluster, gpus)
+            spg, lat = _network_link(cluster, gpus) if k > 1 else (0.0, 0.0)
+            shapes[r.placement] = (n, k, m, spg, lat)
+        n, k, m, spg, lat = shapes[r.placement]
+        app = apps[r.application]
+        cols["compute"].append(float(app.compute_seconds(r.local_bsz)))
+        cols["grad"].append(app.gradient_gb)
+        cols["ring"].append(2.0 * (n - 1) / n)
+        cols["m"].append(m)
+        cols["two"].append(1.0 if k == 2 else 0.0)
+        cols["spg"].append(spg)
+        cols["lat"].append(lat)
+        cols["measured"].append(r.step_time)
+    return _Rows(**{k: np.asarray(v, dtype=float) for k, v in cols.items()})
+
+
+def _predict(x: np.ndarray, f: _Rows) -> np.ndarray:
+    scale, overhead, theta, two_node, gamma = x
+    factor = f.ring * f.m**theta * np.where(f.two > 0, two_node, 1.0)
+    comm = factor * (overhead + f.lat + f.grad * f.spg / scale)
+    return (f.compute**gamma + comm**gamma) ** (1.0 / gamma)
+
+
+def fit_network(
+    rows: list[Measurement], apps: dict[str, AppModel], cluster: Cluster
+) -> tuple[float, CollectiveModel]:
+    """Least squares on log step time over multi-node ``rows``: (bandwidth scale, model)."""
+    from scipy.optimize import least_squares
+
+    multi = [r for r in rows if r.nodes > 1]
+    if not multi:
+        raise InputError("network fit: no multi-node measurements to fit on")
+    f = _features(multi, apps, cluster)
+    res = least_squares(
+        lambda x: np.log(_predict(x, f) / f.measured),
+        _START,
+        bounds=(_LOWER, _UPPER),
+        x_scale="jac",
+    )
+    scale, overhead, theta, two_node, gamma = (float(v) for v in res.x)
+    return scale, CollectiveModel(theta, two_node, overhead, gamma)
+
+
+def scaled_network(cluster: Cluster, scale: float, names: set[str] | None = None) -> Cluster:
+    """A copy of ``cluster`` whose inter-node link bandwidths are multiplied by ``scale``
+    (only the link classes in ``names`` when given)."""
+    level_links = {cluster.link_names[i] for i in np.unique(cluster.level_link) if i >= 0}
+    names = level_links if names is None else names
+    links = {
+        k: (replace(v, bandwidth=v.bandwidth * scale, provenance="measured") if k in names else v)
+        for k, v in cluster.links.items()
+    }
+    return replace(cluster, links=links)
+
+
+# ---------------------------------------------------------------------------- protocol
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import spearmanr
+
+    if len(a) < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+def _additive_ceiling(rows: list[Measurement]) -> float:
+    """Rank correlation of the best placement × batch additive model of log step time."""
+    if len(rows) < 3:
+        return float("nan")
+    pl = sorted({r.placement for r in rows})
+    bs = sorted({r.local_bsz for r in rows})
+    pi = np.array([pl.index(r.placement) for r in rows])
+    bi = np.array([bs.index(r.local_bsz) for r in rows])
+    y = np.log([r.step_time for r in rows])
+    pe, be = np.zeros(len(pl)), np.zeros(len(bs))
+    for _ in range(50):  # alternating medians (robust two-way fit)
+        for k in range(len(pl)):
+            pe[k] = np.median(y[pi == k] - be[bi[pi == k]])
+        for k in range(len(bs)):
+            be[k] = np.median(y[bi == k] - pe[pi[bi == k]])
+    return _spearman(pe[pi] + be[bi], y)
+
+
+def calibrate(
+    measurements: list[Measurement],
+    cluster: Cluster,
+    fit_max_nodes: int = 1,
+    network: str = "loo",
+    collective: CollectiveModel | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the protocol; return ``(prediction rows, calibration summary)``.
+
+    ``network="loo"`` fits the network on the other applications (module docstring);
+    ``network="fixed"`` takes the cluster's link figures as they are with ``collective``.
+    """
+    if fit_max_nodes < 1:
+        raise InputError(f"--fit-max-nodes must be >= 1, got {fit_max_nodes}")
+    if network not in ("loo", "fixed"):
+        raise InputError(f"network fit {network!r}: expected 'loo' or 'fixed'")
+    by_app: dict[str, list[Measurement]] = {}
+    for r in measurements:
+        by_app.setdefault(r.application, []).append(r)
+    for r in measurements:  # every placement must fit on the cluster
+        placement_gpus(cluster, r.placement)
+    apps: dict[str, AppModel] = {}
+    sources: dict[str, str] = {}
+    for name, rows in by_app.items():
+        apps[name], sources[name] = fit_app(name, rows, cluster, fit_max_nodes)
+    if network == "loo" and len(by_app) < 2:
+        raise InputError(
+            "leave-one-application-out network fit needs two or more applications; "
+            "use --network fixed"
+        )
+    predictions: list[dict[str, Any]] = []
+    summary_apps: dict[str, Any] = {}
+    for name, rows in by_app.items():
+        if progress:
+            progress(name)
+        target = [r for r in rows if r.nodes > fit_max_nodes]
+        if network == "loo":
+            others = [r for r in measurements if r.application != name]
+            scale, coll = fit_network(others, apps, cluster)
+        else:
+            scale, coll = 1.0, collective or CollectiveModel()
+        entry: dict[str, Any] = {
+            "model": apps[name].to_dict(),
+            "gradient_source": sources[name],
+            "fit_rows": len(rows) - len(target),
+            "predicted_rows": len(target),
+            "network": {"bandwidth_scale": scale, **coll.to_dict()},
+        }
+        if target:
+            f = _features(target, apps, cluster)
+            pred = _predict(np.array([scale, coll.overhead_s, coll.nic_sharing,
+                                      coll.two_node_factor, coll.overlap]), f)  # fmt: skip
+            rel = np.abs(pred - f.measured) / f.measured
+            entry["rank_correlation"] = _spearman(pred, f.measured)
+            entry["median_relative_error"] = float(np.median(rel))
+            entry["ceiling_rank_correlation"] = _additive_ceiling(target)
+            for r, p in zip(target, pred, strict=True):
+                predictions.append(
+                    {
+                        "application": name,
+                        "placement": r.placement,
+                        "local_bsz": r.local_bsz,
+                        "measured": r.step_time,
+                        "predicted": float(p),
+                    }
+                )
+        summary_apps[name] = entry
+    scale_all, coll_all = (
+        fit_network(measurements, apps, cluster) if network == "loo" else (1.0, collective or CollectiveModel())
+    )  # fmt: skip
+    summary = {
+        "protocol": (
+            f"applications fitted on their rows spanning <= {fit_max_nodes} node(s); network "
+            + ("fitted leaving the predicted application out" if network == "loo" else "fixed")
+        ),
+        "fit_max_nodes": fit_max_nodes,
+        "cluster": cluster.name,
+        "goal": {"rank_correlation": 0.9, "median_relative_error": 0.15},
+        "applications": summary_apps,
+        "network_all_applications": {"bandwidth_scale": scale_all, **coll_all.to_dict()},
+    }
+    return predictions, summary
+
+
+def write_calibration(
+    out: str | os.PathLike[str],
+    predictions: list[dict[str, Any]],
+    summary: dict[str, Any],
+    cluster: Cluster,
+) -> list[Path]:
+    """Write ``predictions.csv``, ``calibration.json``, ``jobmodel.json`` (applications and the
+    all-application network fit, loadable by the simulator) and ``cluster.yaml`` (the cluster with
+    the fitted network bandwidth). Returns the paths written."""
+    from tsched.formats.cluster_yaml import write_cluster
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    writer = csv.DictWriter(
+        buf,
+        fieldnames=["application", "placement", "local_bsz", "measured", "predicted"],
+        lineterminator="\n",
+    )
+    writer.writeheader()
+    for row in predictions:
+        writer.writerow({**row, "measured": f"{row['measured']:.6g}",
+                         "predicted": f"{row['predicted']:.6g}"})  # fmt: skip
+    paths = [folder / "predictions.csv", folder / "calibration.json"]
+    atomic_write_text(paths[0], buf.getvalue())
+    atomic_write_text(paths[1], json.dumps(summary, indent=2, allow_nan=True) + "\n")
+    net = dict(summary["network_all_applications"])
+    scale = net.pop("bandwidth_scale")
+    jobmodel = {
+        "tsched": "jobmodel/v1",
+        "cluster": cluster.name,
+        "collective": net,
+        "applications": [a["model"] for a in summary["applications"].values()],
+    }
+    paths.append(folder / "jobmodel.json")
+    atomic_write_text(paths[2], json.dumps(jobmodel, indent=2) + "\n")
+    paths.append(folder / "cluster.yaml")
+    write_cluster(scaled_network(cluster, scale), paths[3])
+    return paths
+
+
+def load_jobmodel(path: str | os.PathLike[str]) -> tuple[CollectiveModel, dict[str, AppModel]]:
+    """Read a ``jobmodel/v1`` JSON file (what :func:`write_calibration` writes)."""
+    try:
+        data = json.loads(read_text(path, "job model"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("tsched") != "jobmodel/v1":
+        raise InputError(f"{path}: expected a 'tsched: jobmodel/v1' document")
+    coll = CollectiveModel.from_dict(data.get("collective", {}), f"{path}: collective")
+    apps = {}
+    for k, a in enumerate(data.get("applications", [])):
+        app = AppModel.from_dict(a, f"{path}: applications[{k}]")
+        apps[app.name] = app
+    return coll, apps

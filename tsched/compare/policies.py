@@ -1,0 +1,131 @@
+"""Placement policies of a comparison, and the (policy × seed) sweep, serial or on Ray.
+
+A policy is a registered solver name (``greedy``, ``auto``, ``pack``, ``kai-tas`` …), with the
+suffix ``+frag`` for fragmentation-aware placement (``greedy+frag``). Every run of a sweep gets
+the same jobs in the same order; a run is a pure function of (jobs, cluster, config), so the Ray
+sweep returns exactly what the serial one does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from tsched.cluster import Cluster
+from tsched.compare.jobmodel import AppModel, CollectiveModel
+from tsched.compare.simulator import SimConfig, SimResult, simulate
+from tsched.compare.traces import TraceJob
+from tsched.errors import InputError
+
+__all__ = ["FRAG_SUFFIX", "parse_policies", "sweep"]
+
+FRAG_SUFFIX = "+frag"
+
+
+def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> list[SimConfig]:
+    """``"greedy,pack,greedy+frag"`` → one :class:`SimConfig` per policy."""
+    from tsched.solvers.registry import get_solver, solvers
+
+    names = [p.strip() for p in (text.split(",") if isinstance(text, str) else text)]
+    names = [p for p in names if p]
+    if not names:
+        raise InputError("--policies: expected one or more solver names, e.g. greedy,pack")
+    base = base or SimConfig()
+    out = []
+    for name in names:
+        frag = name.endswith(FRAG_SUFFIX)
+        method = name[: -len(FRAG_SUFFIX)] if frag else name
+        if method not in solvers():
+            raise InputError(
+                f"--policies: unknown policy {name!r}; valid: {', '.join(sorted(solvers()))} "
+                f"(optionally with {FRAG_SUFFIX})"
+            )
+        get_solver(method)
+        out.append(replace(base, policy=method, fragmentation_aware=frag))
+    if len({c.label for c in out}) != len(out):
+        raise InputError(f"--policies: a policy is named twice in {text!r}")
+    return out
+
+
+def _run(
+    jobs: Sequence[TraceJob],
+    cluster: Cluster,
+    config: SimConfig,
+    collective: CollectiveModel | None,
+    apps: Mapping[str, AppModel] | None,
+) -> SimResult:
+    return simulate(jobs, cluster, config, collective=collective, apps=apps)
+
+
+def sweep(
+    jobs: Sequence[TraceJob],
+    cluster: Cluster,
+    configs: Sequence[SimConfig],
+    seeds: int = 1,
+    *,
+    collective: CollectiveModel | None = None,
+    apps: Mapping[str, AppModel] | None = None,
+    use_ray: bool = False,
+    ray_address: str | None = None,
+    progress: Callable[[SimResult], None] | None = None,
+) -> list[SimResult]:
+    """Simulate every config with seeds ``0 … seeds−1``; results in (config, seed) order.
+
+    With ``use_ray`` each run is a Ray task on the cluster at ``ray_address`` (a local one when
+    ``None``); the results are identical to the serial run.
+    """
+    if seeds < 1:
+        raise InputError(f"--seeds must be >= 1, got {seeds}")
+    runs = [replace(c, seed=s) for c in configs for s in range(seeds)]
+    if not use_ray:
+        out = []
+        for cfg in runs:
+            res = _run(jobs, cluster, cfg, collective, apps)
+            if progress:
+                progress(res)
+            out.append(res)
+        return out
+    return _sweep_ray(jobs, cluster, runs, collective, apps, ray_address, progress)
+
+
+def _sweep_ray(
+    jobs: Sequence[TraceJob],
+    cluster: Cluster,
+    runs: list[SimConfig],
+    collective: CollectiveModel | None,
+    apps: Mapping[str, AppModel] | None,
+    address: str | None,
+    progress: Callable[[SimResult], None] | None,
+) -> list[SimResult]:
+    from tsched.discovery.ray import connect
+    from tsched.errors import ExecutorError
+
+    ray: Any
+    if address is None:
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("--ray needs ray (pip install 'tsched[ray]')") from None
+        if not ray.is_initialized():  # a local cluster, gone when the process ends
+            ray.init(logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+    else:
+        ray = connect(address, error=ExecutorError)
+    remote = ray.remote(num_cpus=1)(_run)
+    jobs_ref = ray.put(list(jobs))
+    cluster_ref = ray.put(cluster)
+    futures = [remote.remote(jobs_ref, cluster_ref, cfg, collective, apps) for cfg in runs]
+    index = {f: k for k, f in enumerate(futures)}
+    out: list[SimResult | None] = [None] * len(futures)
+    pending = list(futures)
+    try:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            res = ray.get(ready[0])
+            out[index[ready[0]]] = res
+            if progress:
+                progress(res)
+    finally:
+        for f in pending:
+            ray.cancel(f)
+    return [r for r in out if r is not None]

@@ -1,0 +1,640 @@
+"""Event-driven cluster simulation: arrivals, a queue policy, placement, completion, preemption.
+
+A job of the trace runs ``duration`` seconds on its most compact placement; on the GPUs it
+actually gets it runs ``duration × t(placement) / t(compact)``, where ``t`` is the iteration time
+of its class under the job time model (:mod:`tsched.compare.jobmodel`). Placement is a tsched
+solver (``greedy``, ``auto``, ``pack``, ``random``, ``kai-tas`` …) solving the job's ring
+all-reduce traffic on the free GPUs. A one-GPU job has no traffic, so every free GPU costs the
+same to the solver; it goes to the fullest node that has room (``random``: any free GPU;
+``spread``: the emptiest node), which keeps whole nodes free for large jobs.
+
+Queue policies (:data:`QUEUES`):
+
+``fifo``
+    Arrival order; the head of the queue blocks the jobs behind it.
+``sjf``
+    Shortest ``duration`` first (an oracle on the trace's run time); the head blocks.
+``backfill``
+    FIFO with EASY backfilling: the head job reserves the earliest time enough GPUs free up;
+    a later job may start now if it fits and ends before that time, or leaves enough GPUs for
+    the head (a count of GPUs, not a topology check).
+``fair``
+    Fair share with GPU-time budgets: a tenant's share of the cluster is its budget over the
+    budgets of the tenants with work; jobs are taken from the tenant furthest below its share
+    of the GPU-seconds used in a sliding window, and within it from the project furthest below
+    its share (budgets ``"tenant"`` and ``"tenant/project"``). A job that does not fit may
+    preempt jobs of tenants above their share that have run at least ``min_runtime`` seconds
+    (the protected time); a preempted job returns to the queue and keeps its progress.
+
+Every policy replays the same jobs in the same order with the same seed (matched traces).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tsched.cluster import Cluster
+from tsched.compare.jobmodel import (
+    AppModel,
+    CollectiveModel,
+    allreduce_seconds,
+    packed_gpus,
+)
+from tsched.compare.records import JobRecord
+from tsched.compare.traces import TraceJob
+from tsched.errors import InputError
+
+__all__ = ["QUEUES", "SimConfig", "SimResult", "simulate", "default_apps"]
+
+log = logging.getLogger(__name__)
+
+QUEUES = ("fifo", "sjf", "backfill", "fair")
+
+
+def default_apps() -> tuple[CollectiveModel, dict[str, AppModel]]:
+    """The job model shipped with tsched: Pollux's four applications and the collective figures
+    fitted on the Pollux testbed (``tsched/data/jobmodel/pollux-testbed.json``)."""
+    from importlib import resources
+
+    from tsched.compare.calibrate import load_jobmodel
+
+    path = resources.files("tsched") / "data" / "jobmodel" / "pollux-testbed.json"
+    with resources.as_file(path) as p:
+        coll, apps = load_jobmodel(p)
+    # Classes of the Pollux workloads without measurements take the nearest measured model,
+    # with their own gradient size.
+    from tsched.compare.calibrate import GRADIENT_GB
+
+    proxies = {"deepspeech2": "bert", "yolov3": "imagenet"}
+    for name, base in proxies.items():
+        if name not in apps and base in apps:
+            b = apps[base]
+            apps[name] = AppModel(name, b.compute_s, b.compute_s_per_sample,
+                                  GRADIENT_GB[name], b.local_bsz)  # fmt: skip
+    return coll, apps
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Settings of one simulation run.
+
+    Parameters
+    ----------
+    policy : str
+        Placement method: a registered solver name.
+    queue : str
+        One of :data:`QUEUES`.
+    seed : int
+        Seed of the solvers and of ``random`` placement.
+    time_limit : float
+        Seconds each multi-GPU placement may take (solvers that use it).
+    fragmentation_aware : bool
+        A job smaller than a node goes to the fullest node with room and a larger job to the
+        fullest domain with room, keeping whole nodes and domains free for large jobs.
+    budgets : mapping
+        Fair share budgets: ``{"tenant": w, "tenant/project": w}``; tenants not named get 1.
+    window : float
+        Sliding window of the fair-share usage, seconds.
+    min_runtime : float
+        Protected runtime before a job may be preempted (``fair``), seconds.
+    preemption : bool
+        Whether ``fair`` may preempt.
+    """
+
+    policy: str = "greedy"
+    queue: str = "fifo"
+    seed: int = 0
+    time_limit: float = 1.0
+    fragmentation_aware: bool = False
+    budgets: Mapping[str, float] = field(default_factory=dict)
+    window: float = 6 * 3600.0
+    min_runtime: float = 600.0
+    preemption: bool = True
+
+    def __post_init__(self) -> None:
+        if self.queue not in QUEUES:
+            raise InputError(f"queue policy {self.queue!r}: expected one of {', '.join(QUEUES)}")
+        for key, w in self.budgets.items():
+            if not w > 0:
+                raise InputError(f"budget {key!r}: expected a weight > 0, got {w!r}")
+        if not self.window > 0 or self.min_runtime < 0:
+            raise InputError("fair share: window must be > 0 and min_runtime >= 0")
+
+    @property
+    def label(self) -> str:
+        frag = "+frag" if self.fragmentation_aware else ""
+        return f"{self.policy}{frag}"
+
+
+@dataclass
+class SimResult:
+    """Records and time series of one run."""
+
+    config: SimConfig
+    records: list[JobRecord]
+    times: np.ndarray  # event times, s
+    busy_gpus: np.ndarray  # GPUs running jobs after each event
+    queued: np.ndarray  # jobs waiting after each event
+    fragmentation: np.ndarray  # share of free GPUs not on wholly free nodes
+    usage_by_tenant: dict[str, float]  # GPU-seconds
+    wall_time: float
+
+
+@dataclass
+class _Job:
+    trace: TraceJob
+    index: int
+    remaining: float = 1.0  # fraction of the work left
+    first_start: float = -1.0
+    started: float = 0.0
+    runtime: float = 0.0  # of the current run
+    gpus: np.ndarray | None = None
+    run_id: int = 0
+    preemptions: int = 0
+    nodes: int = 0
+    domains: int = 0
+    comm_share: float = 0.0
+    objective: float = 0.0
+    end: float = -1.0
+
+
+class _Usage:
+    """Exact sliding-window GPU-seconds per key: piecewise-linear cumulative usage."""
+
+    def __init__(self) -> None:
+        self.rate: dict[str, float] = {}
+        self.t: dict[str, list[float]] = {}
+        self.cum: dict[str, list[float]] = {}
+
+    def change(self, key: str, now: float, delta: float) -> None:
+        ts = self.t.setdefault(key, [now])
+        cs = self.cum.setdefault(key, [0.0])
+        r = self.rate.get(key, 0.0)
+        c = cs[-1] + r * (now - ts[-1])
+        if ts[-1] == now:
+            cs[-1] = c
+        else:
+            ts.append(now)
+            cs.append(c)
+        self.rate[key] = r + delta
+
+    def _at(self, key: str, when: float) -> float:
+        ts, cs = self.t.get(key), self.cum.get(key)
+        if not ts or when <= ts[0]:
+            return 0.0
+        k = bisect.bisect_right(ts, when) - 1
+        rate = (cs[k + 1] - cs[k]) / (ts[k + 1] - ts[k]) if k + 1 < len(ts) else self.rate[key]
+        return cs[k] + rate * (when - ts[k])
+
+    def window(self, key: str, now: float, width: float) -> float:
+        return self._at(key, now) - self._at(key, now - width)
+
+    def total(self, key: str, now: float) -> float:
+        return self._at(key, now)
+
+
+class _Placer:
+    """Places a job on the free GPUs with the policy's solver; caches iteration times."""
+
+    def __init__(self, cluster: Cluster, config: SimConfig, coll: CollectiveModel,
+                 apps: Mapping[str, AppModel]) -> None:  # fmt: skip
+        self.cluster = cluster
+        self.config = config
+        self.coll = coll
+        self.apps = apps
+        self.rng = np.random.default_rng(config.seed)
+        self._iter_cache: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._packed: dict[tuple[str, int], float] = {}
+        levels = cluster.levels
+        self.domain_of_node = (
+            cluster.node_group[:, 0].astype(np.int64)
+            if levels
+            else np.zeros(cluster.n_nodes, dtype=np.int64)
+        )
+
+    def app(self, job: TraceJob) -> AppModel:
+        try:
+            return self.apps[job.app]
+        except KeyError:
+            raise InputError(
+                f"job {job.name!r}: workload class {job.app!r} has no job model; known: "
+                f"{', '.join(sorted(self.apps))}"
+            ) from None
+
+    def iteration(self, app: AppModel, gpus: np.ndarray) -> tuple[float, float]:
+        """(seconds per iteration, communication share) of ``app`` on ``gpus``."""
+        c = self.cluster
+        nodes = c.gpu_node[gpus]
+        counts = np.bincount(nodes)
+        used = np.flatnonzero(counts)
+        if len(used) == 1:
+            key: tuple[Any, ...] = (app.name, 1, int(nodes[0]), tuple(np.sort(c.gpu_local[gpus])))
+            key = (app.name, 1, int(c.node_type_index[nodes[0]]), key[3])
+        else:
+            sub = c.node_link_index()[np.ix_(used, used)]
+            worst = int(sub.max()) if sub.size else -1
+            key = (app.name, len(gpus), len(used), int(counts.max()), worst)
+        hit = self._iter_cache.get(key)
+        if hit is None:
+            compute = float(app.compute_seconds(app.local_bsz))
+            comm = allreduce_seconds(c, gpus, app.gradient_gb, self.coll)
+            g = self.coll.overlap
+            total = (compute**g + comm**g) ** (1 / g) if comm > 0 else compute
+            hit = (total, 1.0 - compute / total)
+            self._iter_cache[key] = hit
+        return hit
+
+    def packed_iteration(self, app: AppModel, n: int) -> float:
+        key = (app.name, n)
+        if key not in self._packed:
+            self._packed[key] = self.iteration(app, packed_gpus(self.cluster, n))[0]
+        return self._packed[key]
+
+    def place(self, job: TraceJob, free: np.ndarray) -> tuple[np.ndarray, float] | None:
+        """GPUs for ``job`` among ``free`` (a bool mask), and the plan's objective; None if the
+        policy finds no placement."""
+        n = job.gpus
+        c = self.cluster
+        free_idx = np.flatnonzero(free)
+        if len(free_idx) < n:
+            return None
+        policy = self.config.policy
+        free_per_node = np.bincount(c.gpu_node[free_idx], minlength=c.n_nodes)
+        if n == 1:
+            return self._place_one(free_idx, free_per_node), 0.0
+        locations = free_idx
+        if self.config.fragmentation_aware:
+            locations = self._fragmentation_subset(n, free_idx, free_per_node)
+        return self._solve(job, n, locations)
+
+    def _place_one(self, free_idx: np.ndarray, free_per_node: np.ndarray) -> np.ndarray:
+        c = self.cluster
+        policy = self.config.policy
+        if policy == "random":
+            return np.array([free_idx[self.rng.integers(len(free_idx))]])
+        has = free_per_node > 0
+        if policy == "spread":
+            node = int(np.argmax(np.where(has, free_per_node, -1)))
+        else:
+            score = np.where(has, free_per_node, np.iinfo(np.int64).max)
+            if self.config.fragmentation_aware:  # fullest domain first, then fullest node
+                dom_free = np.bincount(self.domain_of_node, weights=free_per_node)
+                score = score + dom_free[self.domain_of_node] * (c.gpus_per_node.max() + 1)
+            node = int(np.argmin(score))
+        local = free_idx[c.gpu_node[free_idx] == node]
+        return local[:1]
+
+    def _fragmentation_subset(
+        self, n: int, free_idx: np.ndarray, free_per_node: np.ndarray
+    ) -> np.ndarray:
+        """Free GPUs of the fullest node (job smaller than a node) or the fullest domain that
+        holds the job; all free GPUs when none does alone."""
+        c = self.cluster
+        gpn = int(c.gpus_per_node.max())
+        node_of = c.gpu_node[free_idx]
+        if n <= gpn:
+            fits = np.flatnonzero(free_per_node >= n)
+            if len(fits):
+                node = fits[np.argmin(free_per_node[fits])]
+                return free_idx[node_of == node]
+        dom_free = np.bincount(self.domain_of_node, weights=free_per_node)
+        fits = np.flatnonzero(dom_free >= n)
+        if len(fits):
+            dom = fits[np.argmin(dom_free[fits])]
+            return free_idx[self.domain_of_node[node_of] == dom]
+        return free_idx
+
+    def _solve(
+        self, job: TraceJob, n: int, locations: np.ndarray
+    ) -> tuple[np.ndarray, float] | None:
+        import tsched
+        from tsched.problem import PlacementProblem
+
+        app = self.app(job)
+        ring = np.arange(n)
+        gb = np.full(n, 2.0 * (n - 1) / n * max(app.gradient_gb, 1e-9))
+        problem = PlacementProblem(
+            name=job.name,
+            n_workers=n,
+            locations=locations,
+            src=ring,
+            dst=np.roll(ring, -1),
+            gb=gb,
+            cluster=self.cluster,
+        )
+        result = tsched.solve(
+            problem,
+            method=self.config.policy,
+            time_limit=self.config.time_limit,
+            seed=int(self.rng.integers(2**31)),
+        )
+        if result.assignment is None:
+            return None
+        return np.asarray(locations)[np.asarray(result.assignment)], float(result.objective)
+
+
+def simulate(
+    jobs: Sequence[TraceJob],
+    cluster: Cluster,
+    config: SimConfig | None = None,
+    *,
+    collective: CollectiveModel | None = None,
+    apps: Mapping[str, AppModel] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimResult:
+    """Replay ``jobs`` on ``cluster`` (its busy GPUs stay busy) and return one record per job.
+
+    Raises
+    ------
+    InputError
+        A job asks for more GPUs than the cluster has free at best, or names a workload class
+        without a job model.
+
+    Examples
+    --------
+    >>> from tsched import presets
+    >>> from tsched.compare.traces import TraceJob
+    >>> jobs = [TraceJob("a", 0, 8, 100.0, "bert"), TraceJob("b", 10, 8, 100.0, "bert")]
+    >>> res = simulate(jobs, presets.cluster("dgx-h100-4node"), SimConfig(policy="pack"))
+    >>> [round(r.jct) for r in res.records]
+    [100, 100]
+    """
+    config = config or SimConfig()
+    if collective is None or apps is None:
+        coll0, apps0 = default_apps()
+        collective = collective or coll0
+        apps = apps if apps is not None else apps0
+    placer = _Placer(cluster, config, collective, apps)
+    usable = int((~cluster.busy_mask).sum())
+    for j in jobs:
+        placer.app(j)
+        if j.gpus > usable:
+            raise InputError(
+                f"job {j.name!r} asks for {j.gpus} GPUs; cluster {cluster.name!r} has {usable} "
+                "usable (drop such jobs with max_gpus when loading the trace)"
+            )
+    t_wall = time.perf_counter()
+    order = sorted(range(len(jobs)), key=lambda k: (jobs[k].submit, k))
+    state = [_Job(jobs[k], k) for k in range(len(jobs))]
+    free = ~cluster.busy_mask.copy()
+    node_gpus = cluster.gpus_per_node
+    events: list[tuple[float, int, int, int]] = []  # (time, seq, job, run_id)
+    seq = 0
+    queue: list[int] = []
+    usage = _Usage()
+    budgets = dict(config.budgets)
+    running: set[int] = set()
+    series_t: list[float] = []
+    series_busy: list[int] = []
+    series_q: list[int] = []
+    series_frag: list[float] = []
+    done = 0
+    next_arrival = 0
+    n_jobs = len(jobs)
+
+    def tenant_key(j: _Job) -> str:
+        return j.trace.tenant
+
+    def project_key(j: _Job) -> str:
+        return f"{j.trace.tenant}/{j.trace.project}"
+
+    def start(j: _Job, gpus: np.ndarray, objective: float, now: float) -> None:
+        nonlocal seq
+        app = placer.app(j.trace)
+        t_iter, share = placer.iteration(app, gpus)
+        slowdown = t_iter / placer.packed_iteration(app, len(gpus))
+        j.gpus = gpus
+        j.started = now
+        j.runtime = j.remaining * j.trace.duration * slowdown
+        if j.first_start < 0:
+            j.first_start = now
+        nodes = np.unique(cluster.gpu_node[gpus])
+        j.nodes = max(j.nodes, len(nodes))
+        j.domains = max(j.domains, len(np.unique(placer.domain_of_node[nodes])))
+        j.comm_share = share
+        j.objective = objective
+        free[gpus] = False
+        running.add(j.index)
+        usage.change(tenant_key(j), now, len(gpus))
+        usage.change(project_key(j), now, len(gpus))
+        j.run_id += 1
+        seq += 1
+        heapq.heappush(events, (now + j.runtime, seq, j.index, j.run_id))
+
+    def stop(j: _Job, now: float) -> None:
+        assert j.gpus is not None
+        free[j.gpus] = True
+        running.discard(j.index)
+        usage.change(tenant_key(j), now, -len(j.gpus))
+        usage.change(project_key(j), now, -len(j.gpus))
+
+    def preempt(j: _Job, now: float) -> None:
+        done_frac = (now - j.started) / j.runtime if j.runtime > 0 else 1.0
+        j.remaining = max(j.remaining * (1.0 - done_frac), 0.0)
+        stop(j, now)
+        j.preemptions += 1
+        j.run_id += 1  # its completion event is now stale
+        j.gpus = None
+        queue.append(j.index)
+
+    def shares(now: float) -> dict[str, float]:
+        """Budget share of each tenant with work (running or queued)."""
+        active = {state[k].trace.tenant for k in queue} | {state[k].trace.tenant for k in running}
+        total = sum(budgets.get(t, 1.0) for t in active)
+        return {t: budgets.get(t, 1.0) / total for t in active}
+
+    def fair_order(now: float) -> list[int]:
+        sh = shares(now)
+        cap = max(usable * config.window, 1e-9)
+        tenant_ratio = {t: usage.window(t, now, config.window) / cap / s for t, s in sh.items()}
+        proj_budget: dict[str, float] = {}
+        for k in queue:
+            j = state[k]
+            proj_budget.setdefault(project_key(j), budgets.get(project_key(j), 1.0))
+
+        def key(k: int) -> tuple[float, float, float, int]:
+            j = state[k]
+            p = project_key(j)
+            pr = usage.window(p, now, config.window) / proj_budget[p]
+            return (tenant_ratio[j.trace.tenant], pr, j.trace.submit, k)
+
+        return sorted(queue, key=key)
+
+    def try_start(k: int, now: float) -> bool:
+        j = state[k]
+        placed = placer.place(j.trace, free)
+        if placed is None:
+            return False
+        start(j, placed[0], placed[1], now)
+        return True
+
+    def schedule(now: float) -> None:
+        if not queue:
+            return
+        q = config.queue
+        if q == "fifo" or q == "sjf":
+            if q == "sjf":
+                queue.sort(key=lambda k: (state[k].trace.duration * state[k].remaining,
+                                          state[k].trace.submit, k))  # fmt: skip
+            else:
+                queue.sort(key=lambda k: (state[k].trace.submit, k))
+            while queue and try_start(queue[0], now):
+                queue.pop(0)
+            return
+        if q == "backfill":
+            queue.sort(key=lambda k: (state[k].trace.submit, k))
+            while queue and try_start(queue[0], now):
+                queue.pop(0)
+            if not queue:
+                return
+            head = state[queue[0]]
+            n_free = int(free.sum())
+            ends = sorted(
+                (state[r].started + state[r].runtime, len(state[r].gpus)) for r in running
+            )
+            avail, shadow = n_free, math.inf
+            for end, g in ends:
+                avail += g
+                if avail >= head.trace.gpus:
+                    shadow = end
+                    break
+            extra = avail - head.trace.gpus
+            kept = [queue[0]]
+            for k in queue[1:]:
+                j = state[k]
+                need = j.trace.gpus
+                if need > n_free:
+                    kept.append(k)
+                    continue
+                est = j.remaining * j.trace.duration
+                if now + est <= shadow or need <= extra:
+                    if try_start(k, now):
+                        n_free -= need
+                        if now + est > shadow:
+                            extra -= need
+                        continue
+                kept.append(k)
+            queue[:] = kept
+            return
+        # fair share
+        order = fair_order(now)
+        started: set[int] = set()
+        for k in order:
+            if not free.any():
+                break
+            if state[k].trace.gpus <= int(free.sum()) and try_start(k, now):
+                started.add(k)
+        queue[:] = [k for k in order if k not in started]
+        if config.preemption and queue:
+            _preempt_for(queue[0], now)
+
+    def _preempt_for(k: int, now: float) -> None:
+        j = state[k]
+        sh = shares(now)
+        cap = max(usable * config.window, 1e-9)
+        ratio = {t: usage.window(t, now, config.window) / cap / s for t, s in sh.items()}
+        mine = ratio.get(j.trace.tenant, 0.0)
+        if mine >= 1.0:
+            return  # at or above its share: waits
+        victims = sorted(
+            (
+                r
+                for r in running
+                if ratio.get(state[r].trace.tenant, 0.0) > max(mine, 1.0)
+                and now - state[r].started >= config.min_runtime
+            ),
+            key=lambda r: (-ratio[state[r].trace.tenant], -state[r].started, r),
+        )
+        freed = int(free.sum())
+        chosen = []
+        for r in victims:
+            if freed >= j.trace.gpus:
+                break
+            chosen.append(r)
+            freed += len(state[r].gpus)
+        if freed < j.trace.gpus:
+            return
+        for r in chosen:
+            preempt(state[r], now)
+        if try_start(k, now):
+            queue.remove(k)
+
+    def record(now: float) -> None:
+        series_t.append(now)
+        n_free = int(free.sum())
+        series_busy.append(usable - n_free)
+        series_q.append(len(queue))
+        if n_free:
+            per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+            whole = int(per_node[per_node == node_gpus].sum())
+            series_frag.append(1.0 - whole / n_free)
+        else:
+            series_frag.append(0.0)
+
+    while done < n_jobs:
+        t_arr = jobs[order[next_arrival]].submit if next_arrival < n_jobs else math.inf
+        t_evt = events[0][0] if events else math.inf
+        now = min(t_arr, t_evt)
+        if now == math.inf:
+            raise InputError(
+                f"simulation stalled with {len(queue)} job(s) waiting that no placement fits "
+                f"(policy {config.policy!r})"
+            )
+        while events and events[0][0] <= now:
+            _t, _s, k, run_id = heapq.heappop(events)
+            j = state[k]
+            if run_id != j.run_id or j.gpus is None:
+                continue
+            stop(j, now)
+            j.remaining = 0.0
+            j.end = now
+            j.gpus = None
+            done += 1
+            if progress:
+                progress(done, n_jobs)
+        while next_arrival < n_jobs and jobs[order[next_arrival]].submit <= now:
+            queue.append(order[next_arrival])
+            next_arrival += 1
+        schedule(now)
+        record(now)
+
+    records = [
+        JobRecord.of(
+            config.label,
+            j.trace.name,
+            j.trace.submit,
+            j.first_start,
+            j.end,
+            j.trace.gpus,
+            nodes=j.nodes,
+            objective=j.objective,
+            tenant=j.trace.tenant,
+            app=j.trace.app,
+            domains=j.domains,
+            comm_share=j.comm_share,
+            preemptions=j.preemptions,
+            ideal=j.trace.duration,
+        )
+        for j in state
+    ]
+    end = series_t[-1] if series_t else 0.0
+    tenants = {j.trace.tenant for j in state}
+    return SimResult(
+        config,
+        records,
+        np.asarray(series_t),
+        np.asarray(series_busy),
+        np.asarray(series_q),
+        np.asarray(series_frag),
+        {t: usage.total(t, end) for t in sorted(tenants)},
+        time.perf_counter() - t_wall,
+    )
