@@ -344,9 +344,10 @@ def calibrate(
                     }
                 )
         summary_apps[name] = entry
-    scale_all, coll_all = (
-        fit_network(measurements, apps, cluster) if network == "loo" else (1.0, collective or CollectiveModel())
-    )  # fmt: skip
+    if network == "loo":
+        scale_all, coll_all = fit_network(measurements, apps, cluster)
+    else:
+        scale_all, coll_all = 1.0, collective or CollectiveModel()
     summary = {
         "protocol": (
             f"applications fitted on their rows spanning <= {fit_max_nodes} node(s); network "

@@ -237,8 +237,8 @@ class _Placer:
         counts = np.bincount(nodes)
         used = np.flatnonzero(counts)
         if len(used) == 1:
-            key: tuple[Any, ...] = (app.name, 1, int(nodes[0]), tuple(np.sort(c.gpu_local[gpus])))
-            key = (app.name, 1, int(c.node_type_index[nodes[0]]), key[3])
+            local = tuple(np.sort(c.gpu_local[gpus]).tolist())
+            key: tuple[Any, ...] = (app.name, 1, int(c.node_type_index[nodes[0]]), local)
         else:
             sub = c.node_link_index()[np.ix_(used, used)]
             worst = int(sub.max()) if sub.size else -1
@@ -267,7 +267,6 @@ class _Placer:
         free_idx = np.flatnonzero(free)
         if len(free_idx) < n:
             return None
-        policy = self.config.policy
         free_per_node = np.bincount(c.gpu_node[free_idx], minlength=c.n_nodes)
         if n == 1:
             return self._place_one(free_idx, free_per_node), 0.0
