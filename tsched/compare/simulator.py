@@ -451,22 +451,44 @@ def simulate(
         total = sum(budgets.get(t, 1.0) for t in active)
         return {t: budgets.get(t, 1.0) / total for t in active}
 
-    def fair_order(now: float) -> list[int]:
+    def occupancy(key: str, now: float) -> float:
+        """GPUs held by ``key``: the mean of its sliding-window average and what it holds now,
+        so a tenant's standing reflects its recent past and reacts to each start."""
+        past = usage.window(key, now, config.window) / config.window
+        return 0.5 * (past + usage.rate.get(key, 0.0))
+
+    def tenant_ratios(now: float) -> dict[str, float]:
+        return {t: occupancy(t, now) / (s * usable) for t, s in shares(now).items()}
+
+    def fair_pass(now: float) -> None:
+        """Start jobs one at a time from the tenant (then project) furthest below its share."""
         sh = shares(now)
-        cap = max(usable * config.window, 1e-9)
-        tenant_ratio = {t: usage.window(t, now, config.window) / cap / s for t, s in sh.items()}
-        proj_budget: dict[str, float] = {}
-        for k in queue:
+        by_tenant: dict[str, dict[str, list[int]]] = {}
+        for k in sorted(queue, key=lambda k: (state[k].trace.submit, k)):
             j = state[k]
-            proj_budget.setdefault(project_key(j), budgets.get(project_key(j), 1.0))
-
-        def key(k: int) -> tuple[float, float, float, int]:
-            j = state[k]
-            p = project_key(j)
-            pr = usage.window(p, now, config.window) / proj_budget[p]
-            return (tenant_ratio[j.trace.tenant], pr, j.trace.submit, k)
-
-        return sorted(queue, key=key)
+            by_tenant.setdefault(j.trace.tenant, {}).setdefault(project_key(j), []).append(k)
+        started: set[int] = set()
+        while by_tenant and free.any():
+            n_free = int(free.sum())
+            tenant = min(by_tenant, key=lambda t: (occupancy(t, now) / sh[t], t))
+            projects = by_tenant[tenant]
+            placed = False
+            for proj in sorted(
+                projects, key=lambda p: (occupancy(p, now) / budgets.get(p, 1.0), p)
+            ):
+                for k in projects[proj]:
+                    if state[k].trace.gpus <= n_free and try_start(k, now):
+                        started.add(k)
+                        projects[proj].remove(k)
+                        if not projects[proj]:
+                            del projects[proj]
+                        placed = True
+                        break
+                if placed:
+                    break
+            if not placed or not projects:
+                del by_tenant[tenant]
+        queue[:] = [k for k in queue if k not in started]
 
     def try_start(k: int, now: float) -> bool:
         j = state[k]
@@ -525,22 +547,16 @@ def simulate(
             queue[:] = kept
             return
         # fair share
-        order = fair_order(now)
-        started: set[int] = set()
-        for k in order:
-            if not free.any():
-                break
-            if state[k].trace.gpus <= int(free.sum()) and try_start(k, now):
-                started.add(k)
-        queue[:] = [k for k in order if k not in started]
+        fair_pass(now)
         if config.preemption and queue:
-            _preempt_for(queue[0], now)
+            ratio = tenant_ratios(now)
+            first = min(
+                queue, key=lambda k: (ratio[state[k].trace.tenant], state[k].trace.submit, k)
+            )
+            _preempt_for(first, now, ratio)
 
-    def _preempt_for(k: int, now: float) -> None:
+    def _preempt_for(k: int, now: float, ratio: dict[str, float]) -> None:
         j = state[k]
-        sh = shares(now)
-        cap = max(usable * config.window, 1e-9)
-        ratio = {t: usage.window(t, now, config.window) / cap / s for t, s in sh.items()}
         mine = ratio.get(j.trace.tenant, 0.0)
         if mine >= 1.0:
             return  # at or above its share: waits

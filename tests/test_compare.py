@@ -1,0 +1,389 @@
+"""Comparison runner: traces, job time model, calibration protocol, simulator, records, report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tsched
+from tsched.cli import main
+from tsched.cluster import Cluster, LinkClass, Node, NodeType
+from tsched.compare.calibrate import calibrate, read_placements
+from tsched.compare.jobmodel import (
+    AppModel,
+    CollectiveModel,
+    allreduce_seconds,
+    alltoall_seconds,
+    iteration_seconds,
+    p2p_seconds,
+    packed_gpus,
+    placement_gpus,
+)
+from tsched.compare.policies import parse_policies, sweep
+from tsched.compare.records import (
+    JobRecord,
+    read_jsonl,
+    read_records,
+    write_jsonl,
+    write_records,
+)
+from tsched.compare.report import pair, summarize, write_report
+from tsched.compare.simulator import SimConfig, simulate
+from tsched.compare.traces import TraceJob, detect_format, load_trace
+from tsched.errors import InputError
+
+TRACES = Path(__file__).parent / "data" / "traces"
+G4DN = Path(__file__).parents[1] / "models" / "clusters" / "g4dn-12xlarge-16node.yaml"
+
+#: A class with no communication: runtimes equal durations, so JCTs are hand-checkable.
+FLAT = {"x": AppModel("x", 1.0, 0.0, 0.0)}
+
+
+def one_node(gpus: int = 4, nodes: int = 1) -> Cluster:
+    return Cluster(
+        name="tiny",
+        links={"pcie": LinkClass("pcie", 10, 5), "net": LinkClass("net", 1, 50)},
+        levels=("net",),
+        node_types={"n": NodeType("n", gpus, "T4", 16, intra="pcie", nics=1, nic_gbps=50)},
+        nodes=tuple(Node(f"n{i}", "n", {"net": "s"}) for i in range(nodes)),
+    )
+
+
+def run(jobs, queue, cluster=None, **kw):
+    cfg = SimConfig(policy=kw.pop("policy", "pack"), queue=queue, **kw)
+    res = simulate(jobs, cluster or one_node(), cfg, collective=CollectiveModel(), apps=FLAT)
+    return {r.job: r for r in res.records}, res
+
+
+def job(name, submit, gpus, duration, tenant="default", project=""):
+    return TraceJob(name, float(submit), gpus, float(duration), "x", tenant, project)
+
+
+# ---------------------------------------------------------------------------- traces
+def test_real_traces_load_with_their_documented_counts() -> None:
+    philly = load_trace(TRACES / "philly_jobs_pollux_2017-10-02_2017-10-30.csv")
+    assert len(philly) == 46070
+    assert philly[0].submit == 0.0 and all(
+        a.submit <= b.submit for a, b in zip(philly, philly[1:], strict=False)
+    )
+    assert len({j.tenant for j in philly}) == 11
+    assert {j.app for j in philly} == {"cifar10", "ncf", "bert", "imagenet"}
+    pollux = load_trace(TRACES / "pollux_workload-6.csv")
+    assert len(pollux) == 160 and max(j.gpus for j in pollux) == 48
+    cifar = next(j for j in pollux if j.app == "cifar10")
+    assert cifar.duration * cifar.gpus == pytest.approx(0.5 * 3600)
+    ali = load_trace(TRACES / "alibaba_v2023_openb_pod_list_default.csv")
+    assert 0 < len(ali) < 8152 and min(j.gpus for j in ali) >= 1
+    assert load_trace(TRACES / "pollux_workload-6.csv", limit=5, max_gpus=8)[-1].gpus <= 8
+
+
+def test_format_is_detected_from_the_header() -> None:
+    assert detect_format(["timestamp", "duration", "num_gpus", "gpu_time", "cluster"]) == "philly"
+    assert detect_format(["name", "time", "application", "num_replicas", "batch_size"]) == "pollux"
+    assert detect_format(["a", "b"]) == "generic"
+
+
+def test_generic_csv_with_a_column_mapping(tmp_path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("id,start,n,secs,user\nj1,10,2,100,alice\nj2,5,1,50,bob\n")
+    jobs = load_trace(f, mapping={"submit": "start", "gpus": "n", "duration": "secs",
+                                  "name": "id", "tenant": "user"})  # fmt: skip
+    assert [(j.name, j.submit, j.gpus, j.tenant) for j in jobs] == [
+        ("j2", 0.0, 1, "bob"),
+        ("j1", 5.0, 2, "alice"),
+    ]
+    with pytest.raises(InputError, match="not a known trace format"):
+        load_trace(f)
+    with pytest.raises(InputError, match=r"'duration' is required"):
+        load_trace(f, mapping={"submit": "start", "gpus": "n"})
+    with pytest.raises(InputError, match=r"column 'nope' \(for gpus\) not in header"):
+        load_trace(f, mapping={"submit": "start", "gpus": "nope", "duration": "secs"})
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-02 00:00:00,x,1,1,a\n")
+    with pytest.raises(InputError, match=r"bad.csv:2: duration: expected a number, got 'x'"):
+        load_trace(bad)
+
+
+# ---------------------------------------------------------------------------- job model
+def test_allreduce_prices_the_slowest_link_and_shared_nics() -> None:
+    c = tsched.load_cluster(G4DN)
+    gb = 1.0
+    single = allreduce_seconds(c, placement_gpus(c, "4"), gb)
+    assert single == pytest.approx(2 * 3 * 5e-6 + 1.5 * gb / 10)
+    flat = CollectiveModel()
+    assert allreduce_seconds(c, placement_gpus(c, "22"), gb, flat) > single
+    shared = CollectiveModel(nic_sharing=1.0)
+    packed = allreduce_seconds(c, placement_gpus(c, "44"), gb, shared)
+    spread = allreduce_seconds(c, placement_gpus(c, "2222"), gb, shared)
+    assert spread < packed  # a busy NIC costs more than a longer ring
+    two = CollectiveModel(two_node_factor=2.0)
+    assert allreduce_seconds(c, placement_gpus(c, "11"), gb, two) == pytest.approx(
+        2 * allreduce_seconds(c, placement_gpus(c, "11"), gb, flat)
+    )
+    assert alltoall_seconds(c, placement_gpus(c, "22"), gb) > alltoall_seconds(
+        c, placement_gpus(c, "4"), gb
+    )
+    assert p2p_seconds(c, 0, 4, 1.0) == pytest.approx(50e-6 + 1 / 0.6555)
+
+
+def test_iteration_time_combines_compute_and_communication() -> None:
+    c = tsched.load_cluster(G4DN)
+    app = AppModel("a", 0.1, 0.01, 0.2, local_bsz=10)
+    gpus = placement_gpus(c, "11")
+    comm = allreduce_seconds(c, gpus, 0.2)
+    serial = iteration_seconds(app, c, gpus, model=CollectiveModel(overlap=1.0))
+    assert serial == pytest.approx(0.2 + comm)
+    overlapped = iteration_seconds(app, c, gpus, model=CollectiveModel(overlap=4.0))
+    assert max(0.2, comm) < overlapped < serial
+    assert iteration_seconds(app, c, placement_gpus(c, "1")) == pytest.approx(0.2)
+    assert list(packed_gpus(c, 6)) == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("placement", "match"),
+    [("0", "digits 1-9"), ("5", "4 GPUs on node|has 4"), ("1" * 17, "spans 17 nodes")],
+)
+def test_bad_placement_strings_are_refused(placement, match) -> None:
+    with pytest.raises(InputError, match=match):
+        placement_gpus(tsched.load_cluster(G4DN), placement)
+
+
+# ---------------------------------------------------------------------------- calibration
+def test_calibration_meets_the_goal_on_compute_heavy_applications() -> None:
+    rows = read_placements(TRACES / "pollux_placements_all.csv")
+    preds, summary = calibrate(rows, tsched.load_cluster(G4DN))
+    apps = summary["applications"]
+    assert set(apps) == {"bert", "cifar10", "imagenet", "ncf"}
+    for name in ("cifar10", "imagenet"):
+        assert apps[name]["rank_correlation"] >= 0.9
+        assert apps[name]["median_relative_error"] <= 0.15
+    assert apps["bert"]["median_relative_error"] <= 0.15
+    # every predicted row spans more than one node; every multi-node row is predicted
+    assert all(len(p["placement"]) > 1 for p in preds)
+    assert len(preds) == sum(r.nodes > 1 for r in rows)
+    assert all(e["ceiling_rank_correlation"] <= 1.0 for e in apps.values())
+
+
+def test_an_applications_multi_node_rows_never_shape_its_own_predictions() -> None:
+    rows = read_placements(TRACES / "pollux_placements_all.csv")
+    rows = [r for r in rows if r.application in ("bert", "cifar10", "imagenet")]
+    cluster = tsched.load_cluster(G4DN)
+    base, _ = calibrate(rows, cluster)
+    doctored = [
+        replace(r, step_time=r.step_time * 3) if r.application == "bert" and r.nodes > 1 else r
+        for r in rows
+    ]
+    again, _ = calibrate(doctored, cluster)
+    bert = [p["predicted"] for p in base if p["application"] == "bert"]
+    bert2 = [p["predicted"] for p in again if p["application"] == "bert"]
+    assert bert == pytest.approx(bert2)
+    cifar = [p["predicted"] for p in base if p["application"] == "cifar10"]
+    cifar2 = [p["predicted"] for p in again if p["application"] == "cifar10"]
+    assert cifar != pytest.approx(cifar2)  # the other applications' fit did see the change
+
+
+def test_calibrate_cli_writes_predictions_and_summary(tmp_path, capsys) -> None:
+    src = (TRACES / "pollux_placements_all.csv").read_text().splitlines()
+    keep = [src[0]] + [line for line in src[1:] if line.split(",")[0] in ("cifar10", "imagenet")]
+    f = tmp_path / "p.csv"
+    f.write_text("\n".join(keep) + "\n")
+    out = tmp_path / "cal"
+    code = main(["compare", "calibrate", "--placements", str(f), "--cluster", str(G4DN),
+                 "--out", str(out), "--json"])  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert set(summary["applications"]) == {"cifar10", "imagenet"}
+    lines = (out / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "application,placement,local_bsz,measured,predicted"
+    assert len(lines) - 1 == sum(len(line.split(",")[1]) > 1 for line in keep[1:])
+    assert (out / "cluster.yaml").exists() and (out / "jobmodel.json").exists()
+    assert tsched.load_cluster(out / "cluster.yaml").links["net"].provenance == "measured"
+
+
+def test_calibrate_refuses_bad_measurements(tmp_path, capsys) -> None:
+    f = tmp_path / "p.csv"
+    f.write_text("application,placement,local_bsz,step_time\nx,1,4,0.1\n")
+    code = main(["compare", "calibrate", "--placements", str(f), "--cluster", str(G4DN),
+                 "--out", str(tmp_path / "o")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "missing column(s) sync_time" in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------- queue policies
+def test_fifo_head_of_line_blocking() -> None:
+    jobs = [job("a", 0, 3, 100), job("b", 1, 4, 10), job("c", 2, 1, 5)]
+    recs, _ = run(jobs, "fifo")
+    assert (recs["a"].start, recs["a"].end) == (0, 100)
+    assert (recs["b"].start, recs["b"].end) == (100, 110)
+    assert (recs["c"].start, recs["c"].end) == (110, 115)  # blocked behind b
+    assert recs["c"].jct == 113 and recs["c"].queue_delay == 108
+
+
+def test_sjf_runs_the_short_job_first() -> None:
+    jobs = [job("a", 0, 3, 100), job("b", 1, 4, 10), job("c", 2, 1, 5)]
+    recs, _ = run(jobs, "sjf")
+    assert (recs["c"].start, recs["c"].end) == (2, 7)
+    assert recs["b"].start == 100
+
+
+def test_backfill_fills_the_hole_without_delaying_the_head() -> None:
+    jobs = [job("a", 0, 3, 100), job("b", 1, 4, 10), job("c", 2, 1, 50), job("d", 3, 1, 500)]
+    recs, _ = run(jobs, "backfill")
+    assert (recs["c"].start, recs["c"].end) == (2, 52)  # ends before b's reservation
+    assert recs["b"].start == 100  # the head is not delayed
+    assert recs["d"].start == 110  # would delay b: waits
+
+
+def test_fair_share_long_run_shares_match_budgets() -> None:
+    jobs = [job(f"a{k}", 0, 1, 100, "A") for k in range(400)]
+    jobs += [job(f"b{k}", 0, 1, 100, "B") for k in range(400)]
+    recs, res = run(jobs, "fair", budgets={"A": 3, "B": 1}, window=2000.0, preemption=False)
+    # while both tenants still have work, A should hold 3/4 of the GPUs
+    t_end = min(max(r.end for r in recs.values() if r.tenant == t) for t in "AB")
+    used = {"A": 0.0, "B": 0.0}
+    for r in recs.values():
+        used[r.tenant] += max(0.0, min(r.end, t_end) - r.start)
+    share = used["A"] / (used["A"] + used["B"])
+    assert share == pytest.approx(0.75, abs=0.03)
+    assert summarize(res, 4, {"A": 3, "B": 1})["fair_share"]["A"]["budget_share"] == 0.75
+
+
+def test_fair_share_by_project_within_a_tenant() -> None:
+    jobs = [job(f"p{k}", 0, 1, 100, "A", "p") for k in range(200)]
+    jobs += [job(f"q{k}", 0, 1, 100, "A", "q") for k in range(200)]
+    recs, _ = run(jobs, "fair", budgets={"A/p": 1, "A/q": 3}, preemption=False)
+    first = sorted(recs.values(), key=lambda r: r.start)[:200]
+    q_share = sum(r.job.startswith("q") for r in first) / 200
+    assert q_share == pytest.approx(0.75, abs=0.05)
+
+
+def test_fair_share_preempts_after_the_protected_runtime() -> None:
+    jobs = [job(f"a{k}", 0, 1, 5000, "A") for k in range(4)] + [job("b", 1000, 2, 100, "B")]
+    recs, _ = run(jobs, "fair", min_runtime=600.0)
+    assert recs["b"].start == 1000 and recs["b"].end == 1100
+    victims = [r for r in recs.values() if r.preemptions]
+    assert len(victims) == 2
+    for v in victims:  # 1000 s done, 4000 s left, restarted when b ended
+        assert v.end == pytest.approx(1100 + 4000)
+    protected, _ = run(jobs, "fair", min_runtime=2000.0)
+    assert protected["b"].start == 5000 and not any(r.preemptions for r in protected.values())
+
+
+# ---------------------------------------------------------------------------- placement effect
+def test_placement_changes_runtime_through_the_job_model() -> None:
+    app = AppModel("x", 0.1, 0.0, 1.0)
+    jobs = [TraceJob("big", 0, 4, 100.0, "x")]
+    c = one_node(gpus=4, nodes=4)
+    coll = CollectiveModel()
+    packed = simulate(jobs, c, SimConfig(policy="pack"), collective=coll, apps={"x": app})
+    spread = simulate(jobs, c, SimConfig(policy="spread"), collective=coll, apps={"x": app})
+    assert packed.records[0].jct == pytest.approx(100.0)
+    assert packed.records[0].nodes == 1 and spread.records[0].nodes == 4
+    ratio = iteration_seconds(app, c, np.array([0, 4, 8, 12]), model=coll) / iteration_seconds(
+        app, c, np.array([0, 1, 2, 3]), model=coll
+    )
+    assert spread.records[0].jct == pytest.approx(100.0 * ratio)
+    assert spread.records[0].comm_share > packed.records[0].comm_share
+
+
+def test_fragmentation_aware_keeps_whole_nodes_free() -> None:
+    c = one_node(gpus=4, nodes=2)
+    jobs = [job("a", 0, 2, 1000), job("b", 1, 2, 1000), job("c", 2, 4, 10)]
+    plain, _ = run(jobs, "fifo", cluster=c, policy="spread")
+    frag, _ = run(jobs, "fifo", cluster=c, policy="greedy", fragmentation_aware=True)
+    assert plain["c"].nodes == 2  # a and b took a GPU of each node: c straddles both
+    assert frag["a"].nodes == frag["b"].nodes == 1
+    assert frag["c"].nodes == 1 and frag["c"].start == 2  # a and b share a node
+
+
+def test_same_seed_same_records_and_matched_pairing() -> None:
+    jobs = load_trace(TRACES / "pollux_workload-6.csv", limit=60)
+    c = tsched.load_cluster(G4DN)
+    a = simulate(jobs, c, SimConfig(policy="random", seed=3))
+    b = simulate(jobs, c, SimConfig(policy="random", seed=3))
+    assert a.records == b.records
+    g = simulate(jobs, c, SimConfig(policy="greedy"))
+    p = pair(g.records, a.records)
+    assert p["jobs"] == 60 and 0 <= p["faster_share"] + p["slower_share"] <= 1
+    assert pair(g.records, g.records)["jct_ratio_median"] == 1.0
+    with pytest.raises(ValueError, match="not matched"):
+        pair(g.records, a.records[:-1])
+
+
+def test_unknown_policy_queue_and_class_are_refused() -> None:
+    with pytest.raises(InputError, match="unknown policy 'nope'"):
+        parse_policies("greedy,nope")
+    with pytest.raises(InputError, match="queue policy 'lifo'"):
+        SimConfig(queue="lifo")
+    with pytest.raises(InputError, match="workload class 'y' has no job model"):
+        simulate([TraceJob("j", 0, 1, 1.0, "y")], one_node(), collective=CollectiveModel(),
+                 apps=FLAT)  # fmt: skip
+    with pytest.raises(InputError, match="asks for 9 GPUs"):
+        simulate([job("j", 0, 9, 1.0)], one_node(), collective=CollectiveModel(), apps=FLAT)
+    assert [c.label for c in parse_policies("greedy,greedy+frag")] == ["greedy", "greedy+frag"]
+
+
+# ---------------------------------------------------------------------------- records, report
+def test_records_round_trip_csv_and_jsonl(tmp_path) -> None:
+    recs = [
+        JobRecord.of("greedy", "j1", 0.0, 1.5, 10.25, 4, nodes=2, tenant="t", app="bert",
+                     domains=1, comm_share=0.25, preemptions=1, ideal=8.0),
+        JobRecord.of("pack", "j2", 1.0, 1.0, 2.0, 1),
+    ]  # fmt: skip
+    write_records(recs, tmp_path / "r.csv")
+    write_jsonl(recs, tmp_path / "r.jsonl")
+    assert read_records(tmp_path / "r.csv") == recs
+    assert read_jsonl(tmp_path / "r.jsonl") == recs
+    assert recs[0].slowdown == pytest.approx(10.25 / 8.0)
+    (tmp_path / "bad.jsonl").write_text('{"policy": "p"}\n')
+    with pytest.raises(InputError, match="bad.jsonl:1: missing job"):
+        read_jsonl(tmp_path / "bad.jsonl")
+
+
+def test_compare_cli_writes_records_summary_report_and_plots(tmp_path, capsys) -> None:
+    out = tmp_path / "cmp"
+    code = main(["compare", "--trace", str(TRACES / "pollux_workload-6.csv"), "--policies",
+                 "greedy,random", "--cluster", str(G4DN), "--limit", "40", "--seeds", "2",
+                 "--out", str(out), "--quiet"])  # fmt: skip
+    assert code == 0
+    for name in ("records.csv", "records.jsonl", "summary.json", "report.md", "jct_cdf.png",
+                 "utilisation.png", "slowdown_by_size.png"):  # fmt: skip
+        assert (out / name).stat().st_size > 0, name
+    recs = read_records(out / "records.csv")
+    assert len(recs) == 40 * 4
+    assert {r.policy for r in recs} == {"greedy@0", "greedy@1", "random@0", "random@1"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(summary["runs"]) == 4 and len(summary["paired_with_baseline"]) == 3
+    assert "Job by job against greedy@0" in (out / "report.md").read_text()
+    assert (out / "jct_cdf.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    code = main(["compare", "--trace", str(TRACES / "pollux_workload-6.csv"), "--policies",
+                 "greedy,bogus", "--cluster", str(G4DN), "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown policy 'bogus'" in err and err.count("\n") == 1
+
+
+def test_write_report_without_plots(tmp_path) -> None:
+    jobs = [job("a", 0, 1, 10), job("b", 0, 1, 20)]
+    _, res = run(jobs, "fifo")
+    paths = write_report(tmp_path, [res], usable_gpus=4, title="t", plots=False)
+    assert {p.name for p in paths} == {"records.csv", "records.jsonl", "summary.json",
+                                       "report.md"}  # fmt: skip
+    s = json.loads((tmp_path / "summary.json").read_text())["runs"][0]
+    assert s["jct_mean"] == 15.0 and s["makespan"] == 20.0
+    assert s["utilisation"] == pytest.approx(30 / (4 * 20))
+
+
+@pytest.mark.ray
+def test_ray_sweep_matches_the_serial_sweep(ray_cluster) -> None:
+    jobs = load_trace(TRACES / "pollux_workload-6.csv", limit=30)
+    c = tsched.load_cluster(G4DN)
+    configs = parse_policies("greedy,random")
+    serial = sweep(jobs, c, configs, seeds=2)
+    remote = sweep(jobs, c, configs, seeds=2, use_ray=True)
+    assert [r.config for r in remote] == [r.config for r in serial]
+    assert [r.records for r in remote] == [r.records for r in serial]
