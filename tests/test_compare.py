@@ -12,7 +12,7 @@ import pytest
 import tsched
 from tsched.cli import main
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
-from tsched.compare.calibrate import calibrate, read_placements
+from tsched.compare.calibrate import calibrate, fit_app, read_placements
 from tsched.compare.jobmodel import (
     AppModel,
     CollectiveModel,
@@ -120,6 +120,14 @@ def test_allreduce_prices_the_slowest_link_and_shared_nics() -> None:
     packed = allreduce_seconds(c, placement_gpus(c, "44"), gb, shared)
     spread = allreduce_seconds(c, placement_gpus(c, "2222"), gb, shared)
     assert spread < packed  # a busy NIC costs more than a longer ring
+    costly = CollectiveModel(overhead_factor=3.0)
+    g11 = placement_gpus(c, "11")
+    assert allreduce_seconds(c, g11, gb, costly, overhead_s=0.01) == pytest.approx(
+        allreduce_seconds(c, g11, gb, flat) + 0.03
+    )
+    assert allreduce_seconds(c, placement_gpus(c, "4"), gb, costly, 0.01) == pytest.approx(
+        single + 0.01
+    )
     two = CollectiveModel(two_node_factor=2.0)
     assert allreduce_seconds(c, placement_gpus(c, "11"), gb, two) == pytest.approx(
         2 * allreduce_seconds(c, placement_gpus(c, "11"), gb, flat)
@@ -127,7 +135,7 @@ def test_allreduce_prices_the_slowest_link_and_shared_nics() -> None:
     assert alltoall_seconds(c, placement_gpus(c, "22"), gb) > alltoall_seconds(
         c, placement_gpus(c, "4"), gb
     )
-    assert p2p_seconds(c, 0, 4, 1.0) == pytest.approx(50e-6 + 1 / 0.6555)
+    assert p2p_seconds(c, 0, 4, 1.0) == pytest.approx(50e-6 + 1 / 0.656)
 
 
 def test_iteration_time_combines_compute_and_communication() -> None:
@@ -160,8 +168,9 @@ def test_calibration_meets_the_goal_on_compute_heavy_applications() -> None:
     assert set(apps) == {"bert", "cifar10", "imagenet", "ncf"}
     for name in ("cifar10", "imagenet"):
         assert apps[name]["rank_correlation"] >= 0.9
+    for name in apps:  # every application within 15 % (median)
         assert apps[name]["median_relative_error"] <= 0.15
-    assert apps["bert"]["median_relative_error"] <= 0.15
+    assert summary["network_all_applications"]["overhead_factor"] > 1  # dearer across nodes
     # every predicted row spans more than one node; every multi-node row is predicted
     assert all(len(p["placement"]) > 1 for p in preds)
     assert len(preds) == sum(r.nodes > 1 for r in rows)
@@ -184,6 +193,16 @@ def test_an_applications_multi_node_rows_never_shape_its_own_predictions() -> No
     cifar = [p["predicted"] for p in base if p["application"] == "cifar10"]
     cifar2 = [p["predicted"] for p in again if p["application"] == "cifar10"]
     assert cifar != pytest.approx(cifar2)  # the other applications' fit did see the change
+
+
+def test_an_unlisted_application_gets_its_gradient_from_single_node_sync() -> None:
+    rows = read_placements(TRACES / "pollux_placements_all.csv")
+    mystery = [replace(r, application="mystery") for r in rows if r.application == "cifar10"]
+    app, source = fit_app("mystery", mystery, tsched.load_cluster(G4DN))
+    assert source == "fitted" and app.gradient_gb > 0 and app.sync_overhead_s >= 0
+    listed, source = fit_app("cifar10", [replace(r, application="cifar10") for r in mystery],
+                             tsched.load_cluster(G4DN))  # fmt: skip
+    assert source == "parameters" and listed.compute_s == pytest.approx(app.compute_s)
 
 
 def test_calibrate_cli_writes_predictions_and_summary(tmp_path, capsys) -> None:

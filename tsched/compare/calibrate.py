@@ -5,8 +5,9 @@ The protocol (``tsched compare calibrate``) keeps every prediction out of its ow
 1. **Application figures from its own small placements only.** Compute ``α + β·local_bsz`` is
    fitted on the application's rows that span at most ``fit_max_nodes`` nodes (measured step
    time minus measured sync time, least squares on relative error). The gradient size comes from
-   the model's parameter count (:data:`GRADIENT_GB`), or, for an application not listed, from
-   its own single-node sync times.
+   the model's parameter count (:data:`GRADIENT_GB`), and the single-node fixed cost of an
+   all-reduce from its single-node sync times beyond moving those bytes; an application not in
+   the table gets both from a line fitted to its single-node sync times.
 2. **Network figures from the other applications.** The network bandwidth (a common scale on the
    cluster's inter-node link classes) and the :class:`~tsched.compare.jobmodel.CollectiveModel`
    figures are fitted on the multi-node rows of every *other* application (leave one
@@ -72,10 +73,11 @@ GRADIENT_GB: dict[str, float] = {
     "yolov3": 61.9e6 * 4 / 1e9,
 }
 
-#: Bounds of the network fit: (bandwidth scale, overhead s, nic_sharing, two_node_factor, overlap).
+#: Bounds of the network fit:
+#: (bandwidth scale, overhead_factor, nic_sharing, two_node_factor, overlap).
 _LOWER = np.array([1e-3, 0.0, 0.0, 0.2, 1.0])
-_UPPER = np.array([1e3, 1.0, 2.0, 5.0, 10.0])
-_START = np.array([1.0, 0.01, 0.3, 1.5, 1.5])
+_UPPER = np.array([1e3, 100.0, 2.0, 5.0, 10.0])
+_START = np.array([1.0, 1.0, 0.3, 1.5, 1.5])
 
 
 @dataclass(frozen=True)
@@ -146,31 +148,51 @@ def fit_app(
     w = 1.0 / y
     coef = np.linalg.lstsq(np.column_stack([w, w * b]), np.ones_like(y), rcond=None)[0]
     alpha, beta = float(max(coef[0], 0.0)), float(max(coef[1], 0.0))
+    overhead, grad_fit = _sync_fit(small, cluster)
     if name in GRADIENT_GB:
         grad, source = GRADIENT_GB[name], "parameters"
+        overhead = _overhead(small, cluster, grad)
+    elif grad_fit is not None:
+        grad, source = grad_fit, "fitted"
     else:
-        grad, source = _fit_gradient(name, small, cluster), "fitted"
+        raise InputError(
+            f"application {name!r}: gradient size unknown (not in GRADIENT_GB) and no "
+            "single-node multi-GPU measurements to fit it from"
+        )
     typical = int(np.median([r.local_bsz for r in rows]))
-    return AppModel(name, alpha, beta, grad, typical), source
+    return AppModel(name, alpha, beta, grad, typical, overhead), source
 
 
-def _fit_gradient(name: str, rows: list[Measurement], cluster: Cluster) -> float:
-    """Gradient GB from single-node sync times: sync ≈ 2(N−1)/N · S · seconds_per_gb."""
+def _intra_terms(rows: list[Measurement], cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """For single-node multi-GPU rows: (sync time minus hop latencies, ring GB factor × s/GB)."""
     from tsched.compare.jobmodel import _hops
 
-    ratios = []
+    sync, x = [], []
     for r in rows:
         gpus = placement_gpus(cluster, r.placement)
         n = len(gpus)
-        if r.nodes == 1 and n > 1 and r.sync_time > 0:
-            spg, _lat = _hops(cluster, gpus)
-            ratios.append(r.sync_time / (2 * (n - 1) / n * spg))
-    if not ratios:
-        raise InputError(
-            f"application {name!r}: gradient size unknown (not in GRADIENT_GB) and no "
-            "single-node multi-GPU measurement to fit it from"
-        )
-    return float(np.median(ratios))
+        if r.nodes == 1 and n > 1:
+            spg, lat = _hops(cluster, gpus)
+            sync.append(r.sync_time - 2 * (n - 1) * lat)
+            x.append(2 * (n - 1) / n * spg)
+    return np.asarray(sync), np.asarray(x)
+
+
+def _overhead(rows: list[Measurement], cluster: Cluster, grad_gb: float) -> float:
+    """The single-node fixed cost ``o``: median of sync time minus the bytes' time, ≥ 0."""
+    sync, x = _intra_terms(rows, cluster)
+    if not len(sync):
+        return 0.0
+    return float(max(np.median(sync - grad_gb * x), 0.0))
+
+
+def _sync_fit(rows: list[Measurement], cluster: Cluster) -> tuple[float, float | None]:
+    """``(o, S)`` by least squares of sync = o + S·x on single-node rows (S None if unfit)."""
+    sync, x = _intra_terms(rows, cluster)
+    if len(np.unique(x)) < 2:
+        return 0.0, None
+    coef = np.linalg.lstsq(np.column_stack([np.ones_like(x), x]), sync, rcond=None)[0]
+    return float(max(coef[0], 0.0)), float(max(coef[1], 1e-6))
 
 
 # ---------------------------------------------------------------------------- network fit
@@ -180,6 +202,7 @@ class _Rows:
 
     compute: np.ndarray
     grad: np.ndarray
+    overhead: np.ndarray
     ring: np.ndarray
     m: np.ndarray
     two: np.ndarray
@@ -201,6 +224,7 @@ def _features(rows: list[Measurement], apps: dict[str, AppModel], cluster: Clust
         app = apps[r.application]
         cols["compute"].append(float(app.compute_seconds(r.local_bsz)))
         cols["grad"].append(app.gradient_gb)
+        cols["overhead"].append(app.sync_overhead_s)
         cols["ring"].append(2.0 * (n - 1) / n)
         cols["m"].append(m)
         cols["two"].append(1.0 if k == 2 else 0.0)
@@ -213,7 +237,7 @@ def _features(rows: list[Measurement], apps: dict[str, AppModel], cluster: Clust
 def _predict(x: np.ndarray, f: _Rows) -> np.ndarray:
     scale, overhead, theta, two_node, gamma = x
     factor = f.ring * f.m**theta * np.where(f.two > 0, two_node, 1.0)
-    comm = factor * (overhead + f.lat + f.grad * f.spg / scale)
+    comm = factor * (overhead * f.overhead + f.lat + f.grad * f.spg / scale)
     return (f.compute**gamma + comm**gamma) ** (1.0 / gamma)
 
 
@@ -233,8 +257,8 @@ def fit_network(
         bounds=(_LOWER, _UPPER),
         x_scale="jac",
     )
-    scale, overhead, theta, two_node, gamma = (float(v) for v in res.x)
-    return scale, CollectiveModel(theta, two_node, overhead, gamma)
+    scale, overhead_factor, theta, two_node, gamma = (float(v) for v in res.x)
+    return scale, CollectiveModel(theta, two_node, overhead_factor, gamma)
 
 
 def scaled_network(cluster: Cluster, scale: float, names: set[str] | None = None) -> Cluster:
@@ -327,7 +351,7 @@ def calibrate(
         }
         if target:
             f = _features(target, apps, cluster)
-            pred = _predict(np.array([scale, coll.overhead_s, coll.nic_sharing,
+            pred = _predict(np.array([scale, coll.overhead_factor, coll.nic_sharing,
                                       coll.two_node_factor, coll.overlap]), f)  # fmt: skip
             rel = np.abs(pred - f.measured) / f.measured
             entry["rank_correlation"] = _spearman(pred, f.measured)
@@ -400,7 +424,53 @@ def write_calibration(
     atomic_write_text(paths[2], json.dumps(jobmodel, indent=2) + "\n")
     paths.append(folder / "cluster.yaml")
     write_cluster(scaled_network(cluster, scale), paths[3])
+    plot = _plot_predictions(folder / "predictions.png", predictions, summary)
+    if plot is not None:
+        paths.append(plot)
     return paths
+
+
+def _plot_predictions(
+    path: Path, predictions: list[dict[str, Any]], summary: dict[str, Any]
+) -> Path | None:
+    """Predicted against measured step time, one panel per application (log-log)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is in [all]
+        return None
+    apps = list(summary["applications"])
+    if not predictions or not apps:
+        return None
+    fig, axes = plt.subplots(
+        1, len(apps), figsize=(3.8 * len(apps), 3.8), squeeze=False, layout="constrained"
+    )
+    for ax, name in zip(axes[0], apps, strict=True):
+        rows = [p for p in predictions if p["application"] == name]
+        if not rows:
+            ax.set_visible(False)
+            continue
+        m = np.array([p["measured"] for p in rows])
+        pr = np.array([p["predicted"] for p in rows])
+        nodes = np.array([len(p["placement"]) for p in rows])
+        sc = ax.scatter(m, pr, c=nodes, s=6, cmap="viridis", alpha=0.7)
+        lo, hi = min(m.min(), pr.min()), max(m.max(), pr.max())
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        e = summary["applications"][name]
+        ax.set_title(f"{name}: ρ={e['rank_correlation']:.2f}, "
+                     f"median err {e['median_relative_error']:.0%}", fontsize=9)  # fmt: skip
+        ax.set_xlabel("measured step time (s)")
+        ax.set_ylabel("predicted (s)")
+    fig.colorbar(sc, ax=axes[0].tolist(), label="nodes")
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
 
 
 def load_jobmodel(path: str | os.PathLike[str]) -> tuple[CollectiveModel, dict[str, AppModel]]:

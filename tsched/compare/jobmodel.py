@@ -9,15 +9,17 @@ where γ ≥ 1 says how much of the all-reduce hides behind the backward pass (�
 γ: t → max(compute, comm)). ``comm`` prices the collective on the GPUs the job actually got:
 
 * **one node** — a ring over the node's links, limited by its slowest hop:
-  ``2(N−1)·latency + 2(N−1)/N · S · seconds_per_gb(bottleneck)``;
+  ``o + 2(N−1)·latency + 2(N−1)/N · S · seconds_per_gb(bottleneck)``;
 * **several nodes** — the ring crosses the network, whose link class is the one joining the
   most distant nodes used. Every GPU on a node sends through that node's NIC, so the busiest node
-  (``m`` GPUs) shares it: ``f · (overhead + S · seconds_per_gb(net))`` with
+  (``m`` GPUs) shares it: ``f · (κ·o + latency + S · seconds_per_gb(net))`` with
   ``f = 2(N−1)/N · m^θ · (two_node_factor if K == 2 else 1)``.
 
-``S`` is the gradient size in GB, ``N`` the GPUs and ``K`` the nodes used. θ (NIC sharing),
-the two-node factor, the per-collective overhead and γ are properties of the network and the
-communication library, not of one application: :class:`CollectiveModel` holds them, and
+``S`` is the gradient size in GB, ``o`` the application's fixed cost of an all-reduce on one node
+(bucket launches, small tensors; measurable on one node), ``N`` the GPUs and ``K`` the nodes
+used. θ (NIC sharing), the two-node factor, κ (how much dearer the fixed cost is across the
+network) and γ are properties of the network and the communication library, not of one
+application: :class:`CollectiveModel` holds them, and
 :mod:`tsched.compare.calibrate` fits them on measured step times. With θ > 0 spreading a job
 over more nodes can be faster than packing it on fewer, fuller nodes — as measured on the Pollux
 testbed (``44`` → ``2222`` 0.61–0.85× the step time).
@@ -61,22 +63,22 @@ class CollectiveModel:
         of the job's GPUs (θ = 1: the NIC is split evenly; 0: not shared).
     two_node_factor : float
         Extra factor (> 0) for a ring across exactly two nodes.
-    overhead_s : float
-        Fixed seconds per cross-node all-reduce (library start-up, bucket latency), ≥ 0.
+    overhead_factor : float
+        κ ≥ 0: an all-reduce across nodes pays κ times the application's single-node fixed cost.
     overlap : float
         γ ≥ 1: how compute and communication combine (1 = serial).
     """
 
     nic_sharing: float = 0.0
     two_node_factor: float = 1.0
-    overhead_s: float = 0.0
+    overhead_factor: float = 1.0
     overlap: float = 1.0
 
     def __post_init__(self) -> None:
         checks = (
             ("nic_sharing", self.nic_sharing >= 0),
             ("two_node_factor", self.two_node_factor > 0),
-            ("overhead_s", self.overhead_s >= 0),
+            ("overhead_factor", self.overhead_factor >= 0),
             ("overlap", self.overlap >= 1),
         )
         for name, ok in checks:
@@ -90,7 +92,7 @@ class CollectiveModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "collective model") -> CollectiveModel:
-        known = {"nic_sharing", "two_node_factor", "overhead_s", "overlap"}
+        known = {"nic_sharing", "two_node_factor", "overhead_factor", "overlap"}
         unknown = set(data) - known
         if unknown:
             raise InputError(f"{where}: unknown key(s) {sorted(unknown)}; valid: {sorted(known)}")
@@ -116,6 +118,8 @@ class AppModel:
         S: GB all-reduced per step (4 bytes × parameters for fp32 gradients).
     local_bsz : int
         Typical per-GPU batch, used when a trace gives none.
+    sync_overhead_s : float
+        o: fixed seconds of one all-reduce on one node, beyond moving the bytes.
     """
 
     name: str
@@ -123,6 +127,7 @@ class AppModel:
     compute_s_per_sample: float
     gradient_gb: float
     local_bsz: int = 1
+    sync_overhead_s: float = 0.0
 
     def compute_seconds(self, local_bsz: float | np.ndarray) -> float | np.ndarray:
         return self.compute_s + self.compute_s_per_sample * np.asarray(local_bsz, dtype=float)
@@ -139,6 +144,7 @@ class AppModel:
                 float(data["compute_s_per_sample"]),
                 float(data["gradient_gb"]),
                 int(data.get("local_bsz", 1)),
+                float(data.get("sync_overhead_s", 0.0)),
             )
         except KeyError as exc:
             raise InputError(f"{where}: missing key {exc.args[0]!r}") from None
@@ -188,9 +194,14 @@ def _network_link(cluster: Cluster, gpus: np.ndarray) -> tuple[float, float]:
 
 
 def allreduce_seconds(
-    cluster: Cluster, gpus: np.ndarray, gb: float, model: CollectiveModel | None = None
+    cluster: Cluster,
+    gpus: np.ndarray,
+    gb: float,
+    model: CollectiveModel | None = None,
+    overhead_s: float = 0.0,
 ) -> float:
-    """Seconds of one all-reduce of ``gb`` GB over ``gpus`` (global GPU indices).
+    """Seconds of one all-reduce of ``gb`` GB over ``gpus`` (global GPU indices), for an
+    application whose single-node fixed cost is ``overhead_s``.
 
     Examples
     --------
@@ -204,15 +215,15 @@ def allreduce_seconds(
     model = model or CollectiveModel()
     gpus = np.asarray(gpus, dtype=np.int64)
     n, k, m = placement_shape(cluster, gpus)
-    if n <= 1 or gb <= 0:
+    if n <= 1 or (gb <= 0 and overhead_s <= 0):
         return 0.0
     ring = 2.0 * (n - 1) / n
     if k == 1:
         spg, lat = _hops(cluster, gpus)
-        return 2 * (n - 1) * lat + ring * gb * spg
+        return overhead_s + 2 * (n - 1) * lat + ring * gb * spg
     spg, lat = _network_link(cluster, gpus)
     factor = ring * m**model.nic_sharing * (model.two_node_factor if k == 2 else 1.0)
-    return factor * (model.overhead_s + lat + gb * spg)
+    return factor * (model.overhead_factor * overhead_s + lat + gb * spg)
 
 
 def alltoall_seconds(
@@ -235,7 +246,7 @@ def alltoall_seconds(
     counts = counts[counts > 0].astype(float)
     spg, lat = _network_link(cluster, gpus)
     off_node = np.max((n - counts) / n * counts**model.nic_sharing) * gb
-    return model.overhead_s + lat + off_node * spg
+    return lat + off_node * spg
 
 
 def p2p_seconds(cluster: Cluster, gpu_a: int, gpu_b: int, gb: float) -> float:
@@ -257,7 +268,7 @@ def iteration_seconds(
     """Seconds per training step of ``app`` on ``gpus``: compute and all-reduce combined."""
     model = model or CollectiveModel()
     compute = float(app.compute_seconds(app.local_bsz if local_bsz is None else local_bsz))
-    comm = allreduce_seconds(cluster, gpus, app.gradient_gb, model)
+    comm = allreduce_seconds(cluster, gpus, app.gradient_gb, model, app.sync_overhead_s)
     if comm <= 0:
         return compute
     g = model.overlap

@@ -37,7 +37,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -78,8 +78,7 @@ def default_apps() -> tuple[CollectiveModel, dict[str, AppModel]]:
     for name, base in proxies.items():
         if name not in apps and base in apps:
             b = apps[base]
-            apps[name] = AppModel(name, b.compute_s, b.compute_s_per_sample,
-                                  GRADIENT_GB[name], b.local_bsz)  # fmt: skip
+            apps[name] = replace(b, name=name, gradient_gb=GRADIENT_GB[name])
     return coll, apps
 
 
@@ -246,7 +245,7 @@ class _Placer:
         hit = self._iter_cache.get(key)
         if hit is None:
             compute = float(app.compute_seconds(app.local_bsz))
-            comm = allreduce_seconds(c, gpus, app.gradient_gb, self.coll)
+            comm = allreduce_seconds(c, gpus, app.gradient_gb, self.coll, app.sync_overhead_s)
             g = self.coll.overlap
             total = (compute**g + comm**g) ** (1 / g) if comm > 0 else compute
             hit = (total, 1.0 - compute / total)
