@@ -46,7 +46,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return cmd_calibrate(args)
     import tsched
     from tsched.compare.calibrate import load_jobmodel
-    from tsched.compare.policies import parse_policies, sweep
+    from tsched.compare.policies import parse_policies
     from tsched.compare.report import write_report
     from tsched.compare.simulator import SimConfig
     from tsched.compare.traces import load_trace, parse_mapping
@@ -76,26 +76,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.jobmodel:
         collective, apps = load_jobmodel(args.jobmodel)
     quiet = args.quiet or args.json
-    with _progress(quiet) as bar:
-        task = bar.add_task(
-            f"{len(jobs)} jobs × {len(configs) * args.seeds} runs", total=len(configs) * args.seeds
-        )
-        results = sweep(
-            jobs,
-            cluster,
-            configs,
-            args.seeds,
-            collective=collective,
-            apps=apps,
-            use_ray=args.ray,
-            ray_address=args.address,
-            progress=lambda _res: bar.advance(task),
-        )
+    if args.live:
+        results = _live(args, jobs, cluster, configs, collective, apps, quiet)
+    else:
+        results = _simulate(args, jobs, cluster, configs, collective, apps, quiet)
     paths = write_report(
         args.out,
         results,
         usable_gpus=usable,
-        title=f"{args.trace} on {cluster.name} ({args.queue})",
+        title=f"{args.trace} on {cluster.name} ({args.queue}{', live' if args.live else ''})",
         seeds=args.seeds,
         budgets=budgets,
         plots=not args.no_plots,
@@ -109,18 +98,63 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     table = Table(title=f"{len(jobs)} jobs on {cluster.name}, queue {args.queue}")
     for col in ("policy", "avg JCT (h)", "p95 (h)", "p99 (h)", "queue delay (h)", "util",
-                "sim s"):  # fmt: skip
+                "run s"):  # fmt: skip
         table.add_column(col)
     for s in summary["runs"]:
         table.add_row(
-            s["label"], f"{s['jct_mean'] / 3600:.2f}", f"{s['jct_p95'] / 3600:.2f}",
-            f"{s['jct_p99'] / 3600:.2f}", f"{s['queue_delay_mean'] / 3600:.2f}",
+            s["label"], f"{s['jct_mean'] / 3600:.3f}", f"{s['jct_p95'] / 3600:.3f}",
+            f"{s['jct_p99'] / 3600:.3f}", f"{s['queue_delay_mean'] / 3600:.3f}",
             f"{s['utilisation']:.1%}", f"{s['simulation_seconds']:.1f}",
         )  # fmt: skip
     con = Console(highlight=False)
     con.print(table)
     con.print(f"wrote {', '.join(p.name for p in paths)} to {args.out}")
     return 0
+
+
+def _simulate(
+    args: argparse.Namespace, jobs: Any, cluster: Any, configs: Any, collective: Any, apps: Any,
+    quiet: bool,
+) -> list[Any]:  # fmt: skip
+    from tsched.compare.policies import sweep
+
+    with _progress(quiet) as bar:
+        runs = len(configs) * args.seeds
+        task = bar.add_task(f"{len(jobs)} jobs × {runs} runs", total=runs)
+        return sweep(
+            jobs,
+            cluster,
+            configs,
+            args.seeds,
+            collective=collective,
+            apps=apps,
+            use_ray=args.ray,
+            ray_address=args.address,
+            progress=lambda _res: bar.advance(task),
+        )
+
+
+def _live(
+    args: argparse.Namespace, jobs: Any, cluster: Any, configs: Any, collective: Any, apps: Any,
+    quiet: bool,
+) -> list[Any]:  # fmt: skip
+    from rich.console import Console
+
+    from tsched.compare.live import replay_trace
+
+    if args.seeds != 1 or args.ray:
+        raise InputError("tsched compare --live runs one seed and does not take --ray")
+    err = Console(stderr=True, quiet=quiet)
+    with err.status(f"replaying {len(jobs)} jobs on Ray under {len(configs)} policies…"):
+        return replay_trace(
+            jobs,
+            cluster,
+            configs,
+            time_scale=args.time_scale,
+            collective=collective,
+            apps=apps,
+            address=args.address,
+        )
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -205,7 +239,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="first N jobs of the trace")
     p.add_argument("--jobmodel", metavar="JSON", help="job model (jobmodel/v1) to use")
     p.add_argument("--ray", action="store_true", help="run the sweep as Ray tasks")
-    p.add_argument("--address", default=None, help="Ray address for --ray (default: local)")
+    p.add_argument("--live", action="store_true", help="run the jobs for real on the Ray "
+                   "cluster (--address) whose model is --cluster")  # fmt: skip
+    p.add_argument("--time-scale", type=float, default=0.001,
+                   help="--live: scale submit times and durations (default 0.001)")  # fmt: skip
+    p.add_argument("--address", default=None,
+                   help="Ray address (--ray default: a local one; --live: auto)")  # fmt: skip
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--placements", metavar="CSV", help="calibrate: measured step times")
     p.add_argument("--fit-max-nodes", type=int, default=1,

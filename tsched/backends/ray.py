@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tsched.errors import ExecutorError, InputError
 from tsched.plan import Plan
 
@@ -358,13 +360,16 @@ def replay(
     *,
     reservation_timeout: float = 60.0,
     seed: int = 0,
+    seconds_of: Callable[[ReplayJob, np.ndarray], float] | None = None,
 ) -> list[Any]:
     """Run the same job sequence through Ray under each placement policy (a solver method:
     ``auto``, ``pack``, ``random`` …), one job at a time in arrival order (FIFO), and return
     :class:`~tsched.compare.records.JobRecord` rows with ``source="executed"``.
 
     ``cluster`` is the model of the Ray cluster (its node names are the ``tsched.io/node``
-    labels). Times are measured from the start of each policy's replay.
+    labels). Times are measured from the start of each policy's replay. ``seconds_of(job,
+    gpus)`` (global GPU indices of the plan), when given, sets how long the job's workers run
+    instead of ``compute_s + iterations × objective``.
     """
     import sys
 
@@ -384,7 +389,11 @@ def replay(
             if result.assignment is None:
                 raise ExecutorError(f"policy {policy!r} found no placement for job {job.name!r}")
             plan = result.plan()
-            seconds = job.compute_s + job.iterations * float(result.objective or 0.0)
+            if seconds_of is not None:
+                gpus = np.asarray(problem.locations)[np.asarray(result.assignment)]
+                seconds = float(seconds_of(job, gpus))
+            else:
+                seconds = job.compute_s + job.iterations * float(result.objective or 0.0)
             start = time.monotonic() - t0
             run(
                 plan,
