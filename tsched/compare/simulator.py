@@ -107,6 +107,9 @@ class SimConfig:
         Protected runtime before a job may be preempted (``fair``), seconds.
     preemption : bool
         Whether ``fair`` may preempt.
+    scan_depth : int
+        How many waiting jobs behind the head ``backfill`` tries, and ``fair`` per project, in
+        one pass (as Slurm's ``bf_max_job_test``); bounds the cost of a pass on long queues.
     """
 
     policy: str = "greedy"
@@ -118,6 +121,7 @@ class SimConfig:
     window: float = 6 * 3600.0
     min_runtime: float = 600.0
     preemption: bool = True
+    scan_depth: int = 500
 
     def __post_init__(self) -> None:
         if self.queue not in QUEUES:
@@ -125,6 +129,8 @@ class SimConfig:
         for key, w in self.budgets.items():
             if not w > 0:
                 raise InputError(f"budget {key!r}: expected a weight > 0, got {w!r}")
+        if self.scan_depth < 1:
+            raise InputError(f"scan_depth must be >= 1, got {self.scan_depth}")
         if not self.window > 0 or self.min_runtime < 0:
             raise InputError("fair share: window must be > 0 and min_runtime >= 0")
 
@@ -199,6 +205,46 @@ class _Usage:
 
     def total(self, key: str, now: float) -> float:
         return self._at(key, now)
+
+
+class _Waiting:
+    """Waiting jobs in the queue policy's order, and per tenant and project in submit order."""
+
+    def __init__(self, key: Callable[[int], tuple[float, ...]]) -> None:
+        self.key = key
+        self.items: list[tuple[Any, ...]] = []
+        self.keys: dict[int, tuple[Any, ...]] = {}
+        self.where: dict[int, tuple[str, str, tuple[float, int]]] = {}
+        self.groups: dict[str, dict[str, list[tuple[float, int]]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def order(self) -> list[int]:
+        return [item[-1] for item in self.items]
+
+    def head(self) -> int:
+        return int(self.items[0][-1])
+
+    def add(self, k: int, tenant: str, project: str, submit: float) -> None:
+        kk = (*self.key(k), k)
+        bisect.insort(self.items, kk)
+        self.keys[k] = kk
+        entry = (submit, k)
+        bisect.insort(self.groups.setdefault(tenant, {}).setdefault(project, []), entry)
+        self.where[k] = (tenant, project, entry)
+
+    def remove(self, k: int) -> None:
+        kk = self.keys.pop(k)
+        del self.items[bisect.bisect_left(self.items, kk)]
+        tenant, project, entry = self.where.pop(k)
+        projects = self.groups[tenant]
+        jobs = projects[project]
+        del jobs[bisect.bisect_left(jobs, entry)]
+        if not jobs:
+            del projects[project]
+            if not projects:
+                del self.groups[tenant]
 
 
 class _Placer:
@@ -362,9 +408,13 @@ def simulate(
     >>> from tsched import presets
     >>> from tsched.compare.traces import TraceJob
     >>> jobs = [TraceJob("a", 0, 8, 100.0, "bert"), TraceJob("b", 10, 8, 100.0, "bert")]
-    >>> res = simulate(jobs, presets.cluster("dgx-h100-4node"), SimConfig(policy="pack"))
-    >>> [round(r.jct) for r in res.records]
-    [100, 100]
+    >>> cluster = presets.cluster("dgx-h100-4node")  # two GPUs busy
+    >>> greedy = simulate(jobs, cluster, SimConfig(policy="greedy"))
+    >>> [(round(r.jct, 1), r.nodes) for r in greedy.records]
+    [(100.0, 1), (100.0, 1)]
+    >>> pack = simulate(jobs, cluster, SimConfig(policy="pack"))  # b straddles two nodes
+    >>> [(round(r.jct, 1), r.nodes) for r in pack.records]
+    [(100.0, 1), (104.2, 2)]
     """
     config = config or SimConfig()
     if collective is None or apps is None:
@@ -387,7 +437,12 @@ def simulate(
     node_gpus = cluster.gpus_per_node
     events: list[tuple[float, int, int, int]] = []  # (time, seq, job, run_id)
     seq = 0
-    queue: list[int] = []
+    if config.queue == "sjf":
+        queue = _Waiting(lambda k: (state[k].trace.duration * state[k].remaining,
+                                    state[k].trace.submit))  # fmt: skip
+    else:
+        queue = _Waiting(lambda k: (state[k].trace.submit,))
+    running_tenants: dict[str, int] = {}
     usage = _Usage()
     budgets = dict(config.budgets)
     running: set[int] = set()
@@ -422,6 +477,7 @@ def simulate(
         j.objective = objective
         free[gpus] = False
         running.add(j.index)
+        running_tenants[j.trace.tenant] = running_tenants.get(j.trace.tenant, 0) + 1
         usage.change(tenant_key(j), now, len(gpus))
         usage.change(project_key(j), now, len(gpus))
         j.run_id += 1
@@ -432,6 +488,9 @@ def simulate(
         assert j.gpus is not None
         free[j.gpus] = True
         running.discard(j.index)
+        running_tenants[j.trace.tenant] -= 1
+        if not running_tenants[j.trace.tenant]:
+            del running_tenants[j.trace.tenant]
         usage.change(tenant_key(j), now, -len(j.gpus))
         usage.change(project_key(j), now, -len(j.gpus))
 
@@ -442,11 +501,15 @@ def simulate(
         j.preemptions += 1
         j.run_id += 1  # its completion event is now stale
         j.gpus = None
-        queue.append(j.index)
+        enqueue(j.index)
+
+    def enqueue(k: int) -> None:
+        j = state[k]
+        queue.add(k, j.trace.tenant, project_key(j), j.trace.submit)
 
     def shares(now: float) -> dict[str, float]:
         """Budget share of each tenant with work (running or queued)."""
-        active = {state[k].trace.tenant for k in queue} | {state[k].trace.tenant for k in running}
+        active = set(queue.groups) | set(running_tenants)
         total = sum(budgets.get(t, 1.0) for t in active)
         return {t: budgets.get(t, 1.0) / total for t in active}
 
@@ -462,32 +525,25 @@ def simulate(
     def fair_pass(now: float) -> None:
         """Start jobs one at a time from the tenant (then project) furthest below its share."""
         sh = shares(now)
-        by_tenant: dict[str, dict[str, list[int]]] = {}
-        for k in sorted(queue, key=lambda k: (state[k].trace.submit, k)):
-            j = state[k]
-            by_tenant.setdefault(j.trace.tenant, {}).setdefault(project_key(j), []).append(k)
-        started: set[int] = set()
-        while by_tenant and free.any():
+        tenants = set(queue.groups)
+        depth = config.scan_depth
+        while tenants and free.any():
             n_free = int(free.sum())
-            tenant = min(by_tenant, key=lambda t: (occupancy(t, now) / sh[t], t))
-            projects = by_tenant[tenant]
+            tenant = min(tenants, key=lambda t: (occupancy(t, now) / sh[t], t))
+            projects = queue.groups[tenant]
             placed = False
             for proj in sorted(
                 projects, key=lambda p: (occupancy(p, now) / budgets.get(p, 1.0), p)
             ):
-                for k in projects[proj]:
+                for _submit, k in projects[proj][:depth]:
                     if state[k].trace.gpus <= n_free and try_start(k, now):
-                        started.add(k)
-                        projects[proj].remove(k)
-                        if not projects[proj]:
-                            del projects[proj]
+                        queue.remove(k)
                         placed = True
                         break
                 if placed:
                     break
-            if not placed or not projects:
-                del by_tenant[tenant]
-        queue[:] = [k for k in queue if k not in started]
+            if not placed or tenant not in queue.groups:
+                tenants.discard(tenant)
 
     def try_start(k: int, now: float) -> bool:
         j = state[k]
@@ -498,61 +554,48 @@ def simulate(
         return True
 
     def schedule(now: float) -> None:
-        if not queue:
+        if not len(queue):
             return
         q = config.queue
-        if q == "fifo" or q == "sjf":
-            if q == "sjf":
-                queue.sort(key=lambda k: (state[k].trace.duration * state[k].remaining,
-                                          state[k].trace.submit, k))  # fmt: skip
-            else:
-                queue.sort(key=lambda k: (state[k].trace.submit, k))
-            while queue and try_start(queue[0], now):
-                queue.pop(0)
+        if q != "fair":
+            while len(queue) and try_start(queue.head(), now):
+                queue.remove(queue.head())
+            if q == "backfill" and len(queue):
+                backfill(now)
             return
-        if q == "backfill":
-            queue.sort(key=lambda k: (state[k].trace.submit, k))
-            while queue and try_start(queue[0], now):
-                queue.pop(0)
-            if not queue:
-                return
-            head = state[queue[0]]
-            n_free = int(free.sum())
-            ends = sorted(
-                (state[r].started + state[r].runtime, len(state[r].gpus)) for r in running
-            )
-            avail, shadow = n_free, math.inf
-            for end, g in ends:
-                avail += g
-                if avail >= head.trace.gpus:
-                    shadow = end
-                    break
-            extra = avail - head.trace.gpus
-            kept = [queue[0]]
-            for k in queue[1:]:
-                j = state[k]
-                need = j.trace.gpus
-                if need > n_free:
-                    kept.append(k)
-                    continue
-                est = j.remaining * j.trace.duration
-                if now + est <= shadow or need <= extra:
-                    if try_start(k, now):
-                        n_free -= need
-                        if now + est > shadow:
-                            extra -= need
-                        continue
-                kept.append(k)
-            queue[:] = kept
-            return
-        # fair share
         fair_pass(now)
-        if config.preemption and queue:
+        if config.preemption and len(queue):
             ratio = tenant_ratios(now)
-            first = min(
-                queue, key=lambda k: (ratio[state[k].trace.tenant], state[k].trace.submit, k)
-            )
+            tenant = min(queue.groups, key=lambda t: (ratio[t], t))
+            first = min(jobs[0] for jobs in queue.groups[tenant].values())[1]
             _preempt_for(first, now, ratio)
+
+    def backfill(now: float) -> None:
+        """EASY: later jobs start now if they end before the head's reservation or leave it
+        enough GPUs."""
+        head = state[queue.head()]
+        n_free = int(free.sum())
+        ends = sorted((state[r].started + state[r].runtime, len(state[r].gpus)) for r in running)
+        avail, shadow = n_free, math.inf
+        for end, g in ends:
+            avail += g
+            if avail >= head.trace.gpus:
+                shadow = end
+                break
+        extra = avail - head.trace.gpus
+        for k in [item[-1] for item in queue.items[1 : 1 + config.scan_depth]]:
+            if n_free == 0:
+                break
+            j = state[k]
+            need = j.trace.gpus
+            if need > n_free:
+                continue
+            est = j.remaining * j.trace.duration
+            if (now + est <= shadow or need <= extra) and try_start(k, now):
+                queue.remove(k)
+                n_free -= need
+                if now + est > shadow:
+                    extra -= need
 
     def _preempt_for(k: int, now: float, ratio: dict[str, float]) -> None:
         j = state[k]
@@ -616,7 +659,7 @@ def simulate(
             if progress:
                 progress(done, n_jobs)
         while next_arrival < n_jobs and jobs[order[next_arrival]].submit <= now:
-            queue.append(order[next_arrival])
+            enqueue(order[next_arrival])
             next_arrival += 1
         schedule(now)
         record(now)
