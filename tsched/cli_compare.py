@@ -120,7 +120,13 @@ def _simulate(
 
     with _progress(quiet) as bar:
         runs = len(configs) * args.seeds
-        task = bar.add_task(f"{len(jobs)} jobs × {runs} runs", total=runs)
+        task = bar.add_task(f"{runs} runs", total=runs)
+        jobs_task = bar.add_task(f"{len(jobs)} jobs", total=len(jobs), visible=not args.ray)
+
+        def on_job(done: int, total: int) -> None:
+            if done % 200 == 0 or done == total:
+                bar.update(jobs_task, completed=done)
+
         return sweep(
             jobs,
             cluster,
@@ -131,6 +137,7 @@ def _simulate(
             use_ray=args.ray,
             ray_address=args.address,
             progress=lambda _res: bar.advance(task),
+            on_job=on_job,
         )
 
 

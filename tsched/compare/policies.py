@@ -54,8 +54,9 @@ def _run(
     config: SimConfig,
     collective: CollectiveModel | None,
     apps: Mapping[str, AppModel] | None,
+    on_job: Callable[[int, int], None] | None = None,
 ) -> SimResult:
-    return simulate(jobs, cluster, config, collective=collective, apps=apps)
+    return simulate(jobs, cluster, config, collective=collective, apps=apps, progress=on_job)
 
 
 def sweep(
@@ -69,8 +70,12 @@ def sweep(
     use_ray: bool = False,
     ray_address: str | None = None,
     progress: Callable[[SimResult], None] | None = None,
+    on_job: Callable[[int, int], None] | None = None,
 ) -> list[SimResult]:
     """Simulate every config with seeds ``0 … seeds−1``; results in (config, seed) order.
+
+    ``progress(result)`` is called after each run, ``on_job(done, total)`` after each job of a
+    serial run.
 
     With ``use_ray`` each run is a Ray task on the cluster at ``ray_address`` (a local one when
     ``None``); the results are identical to the serial run.
@@ -81,7 +86,7 @@ def sweep(
     if not use_ray:
         out = []
         for cfg in runs:
-            res = _run(jobs, cluster, cfg, collective, apps)
+            res = _run(jobs, cluster, cfg, collective, apps, on_job)
             if progress:
                 progress(res)
             out.append(res)
