@@ -33,7 +33,7 @@ import io
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timezone
 
 from tsched._io import read_text
 from tsched.errors import InputError
@@ -189,7 +189,9 @@ def _time(path: object, line: int, field: str, value: str | None) -> float:
     except ValueError:
         pass
     try:
-        return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").timestamp()
+        # read as UTC: offsets between jobs do not depend on the machine's time zone
+        stamp = datetime.strptime(text, "%Y-%m-%d %H:%M:%S")
+        return stamp.replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
         raise InputError(
             f"{path}:{line}: {field}: expected seconds or 'YYYY-MM-DD HH:MM:SS', got {value!r}"
