@@ -35,6 +35,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _mode_for(target))
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -42,6 +43,17 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _mode_for(target: Path) -> int:
+    """The existing file's permissions, or what a plain ``open`` would give (0666 less umask);
+    ``mkstemp`` alone would leave 0600."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def read_text(path: str | os.PathLike[str], what: str) -> str:
