@@ -266,11 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_presets)
 
-    from tsched import cli_compare, cli_discovery, cli_run
+    from tsched import cli_compare, cli_discovery, cli_kai, cli_run
 
     cli_discovery.add_parsers(sub)
     cli_run.add_parsers(sub)
     cli_compare.add_parsers(sub)
+    cli_kai.add_parsers(sub)
     return parser
 
 
@@ -288,7 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     if rest:
         if not hasattr(args, "cmd_argv"):
-            sys.stderr.write("tsched: error: `-- COMMAND` is only for `tsched run ray`\n")
+            sys.stderr.write(
+                "tsched: error: `-- COMMAND` is only for `tsched run ray` and `tsched kai`\n"
+            )
             return EXIT_INPUT
         args.cmd_argv = rest
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)

@@ -56,6 +56,7 @@ _PLAN_KEYS = (
     "assignment",
     "cost_by_link",
     "message",
+    "roles",
 )
 
 
@@ -205,6 +206,7 @@ class Plan:
             "assignment": [e.to_dict() for e in self.assignment],
             "cost_by_link": {k: _clean(v) for k, v in self.cost_by_link.items()},
             "message": self.message,
+            **({"roles": list(self.roles)} if self.roles is not None else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -255,6 +257,14 @@ class Plan:
             doc.get("cost_by_link", {}), "cost_by_link", optional=doc.get("cost_by_link") or ()
         )
         seed = doc.get("seed")
+        roles = None
+        if doc.get("roles") is not None:
+            items = ck.sequence(doc["roles"], "roles")
+            if len(items) != len(entries):
+                raise ck.fail(
+                    "roles", f"expected one role per worker ({len(entries)}), got {len(items)}"
+                )
+            roles = tuple(ck.string(r, join("roles", i)) for i, r in enumerate(items))
         return cls(
             cluster=ck.string(doc["cluster"], "cluster"),
             workload=ck.string(doc["workload"], "workload"),
@@ -268,6 +278,7 @@ class Plan:
             assignment=tuple(sorted(entries, key=lambda e: e.worker)),
             cost_by_link={k: ck.number(v, join("cost_by_link", k)) for k, v in links.items()},
             message=str(doc.get("message", "")),
+            roles=roles,
         )
 
 
