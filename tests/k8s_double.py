@@ -137,6 +137,17 @@ class ApiDouble:
             for pod in waiting:
                 node = _affinity_node(pod)
                 if ("nodes", "", node) not in self.objects:
+                    pg["status"] = {
+                        "schedulingConditions": [
+                            {
+                                "type": "UnschedulableOnNodePool",
+                                "reasons": [
+                                    {"reason": "Unschedulable",
+                                     "message": f"node {node} not found"}
+                                ],
+                            }
+                        ]
+                    }  # fmt: skip
                     pod["status"] = {
                         "phase": "Pending",
                         "conditions": [{"type": "PodScheduled", "status": "False",

@@ -378,3 +378,16 @@ def test_deploy_files_validate_and_rbac_covers_what_the_client_does() -> None:
         ("", "pods", "list"),
         ("scheduling.run.ai", "queues", "get"),
     } <= reads
+
+
+def test_status_reports_why_the_gang_waits(api) -> None:
+    double, kai, cluster, _url = api
+    objs = kai_manifests(dgx_plan(), cluster)
+    double.remove("nodes", "", _pod_node(objs[2]))  # gone after planning, preflight skipped
+    res = kai.submit(objs)
+    status = kai.status(res.namespace, res.name)
+    assert status.phase == "pending"
+    assert any("Unschedulable" in r and "not found" in r for r in status.reasons)
+    assert any(r.startswith("PodGroup: Unschedulable") for r in status.reasons)
+    kai.cancel(res.namespace, res.name)
+    assert left_behind(double) == []

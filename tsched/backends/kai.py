@@ -726,9 +726,29 @@ class KaiClient:
             raise
 
     def status(self, namespace: str, name: str) -> JobStatus:
-        """Phase of the job from its pods (and why pods wait or failed)."""
+        """Phase of the job from its pods, with why pods wait or failed and the PodGroup's
+        scheduling conditions (KAI's reasons for not placing the gang)."""
         pods, _rv = self._list(namespace, name)
-        return _status(name, pods, max(self._expected(namespace, name), len(pods)))
+        state = _status(name, pods, max(self._expected(namespace, name), len(pods)))
+        state.reasons += self._podgroup_reasons(namespace, name)
+        return state
+
+    def _podgroup_reasons(self, namespace: str, name: str) -> list[str]:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            pg = self.custom.get_namespaced_custom_object(
+                *PODGROUP_API[:2], namespace, PODGROUP_API[2], name
+            )
+        except ApiException:
+            return []
+        out = []
+        for cond in (pg.get("status") or {}).get("schedulingConditions") or []:
+            for r in cond.get("reasons") or []:
+                out.append(f"PodGroup: {r.get('reason', '')}: {r.get('message', '')}".strip())
+            if not cond.get("reasons") and cond.get("message"):
+                out.append(f"PodGroup: {cond.get('reason', '')}: {cond['message']}")
+        return out
 
     def watch(
         self,
