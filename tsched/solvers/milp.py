@@ -106,7 +106,14 @@ def _solver(backend: str, limit: float) -> Any:
 
     if backend == "highs":
         return pulp.HiGHS(msg=False, timeLimit=limit, gapRel=GAP, threads=1)
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=GAP, warmStart=True)
+    coin = pulp.COIN_CMD(msg=False, timeLimit=limit, gapRel=GAP, warmStart=True)
+    if coin.available():  # a CBC on PATH (e.g. pulp[cbc]): PuLP's preferred route
+        return coin
+    import warnings
+
+    with warnings.catch_warnings():  # PuLP 3 deprecates its bundled CBC; it still works
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, gapRel=GAP, warmStart=True)
 
 
 def _run(prob: Any, backend: str, limit: float) -> tuple[int, float | None, str]:
