@@ -266,12 +266,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_presets)
 
-    from tsched import cli_compare, cli_discovery, cli_kai, cli_run
+    from tsched import cli_compare, cli_discovery, cli_dynamo, cli_kai, cli_run
 
     cli_discovery.add_parsers(sub)
     cli_run.add_parsers(sub)
     cli_compare.add_parsers(sub)
     cli_kai.add_parsers(sub)
+    cli_dynamo.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,339 @@
+"""Dynamo lifecycle: pure spec → workload → processes, and real Dynamo processes (the mocker
+engine on CPU) under guardians owned by detached actors on a real local Ray cluster."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+import tsched
+from tsched.backends.dynamo import (
+    dynamo_processes,
+    replicas_of,
+    service_workload,
+    spec_from_dict,
+)
+from tsched.errors import ExecutorError, InputError
+from tsched.plan import Plan, PlanEntry
+
+HAS_DYNAMO = importlib.util.find_spec("dynamo") is not None and (
+    importlib.util.find_spec("dynamo.mocker") is not None
+)
+
+
+def spec_doc(**over) -> dict:
+    doc = {
+        "tsched": "dynamo/v1",
+        "name": "tiny",
+        "engine": "mocker",
+        "model": {"name": "tiny", "path": "/models/tiny"},
+        "serving": {"decode": {"replicas": 2, "tp": 1}},
+        "frontend": {"port": 18000},
+        "engine_args": ["--speedup-ratio", "10"],
+    }
+    doc.update(over)
+    return doc
+
+
+def plan_for(spec, nodes_gpus) -> Plan:
+    w = service_workload(spec)
+    entries = tuple(PlanEntry(i, n, g) for i, (n, g) in enumerate(nodes_gpus))
+    assert len(entries) == w.workers
+    return Plan("c", spec.name, "feasible", 0.0, None, None, "greedy", 0.0, 0, entries, {},
+                roles=w.roles)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- pure
+def test_spec_workload_and_processes_aggregated(tmp_path) -> None:
+    spec = spec_from_dict(spec_doc())
+    assert not spec.disaggregated and service_workload(spec).workers == 2
+    plan = plan_for(spec, [("a", 1), ("b", 3)])
+    engines, frontend = dynamo_processes(plan, spec, tmp_path, ports=[9001, 9002])
+    (r0, g0), (r1, g1) = engines
+    assert (r0.role, r0.node, r0.gpus) == ("agg", "a", (1,))
+    assert g0.env["CUDA_VISIBLE_DEVICES"] == "1" and g1.env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert g0.env["DYN_SYSTEM_PORT"] == "9001" and g0.env["DYN_DISCOVERY_BACKEND"] == "file"
+    assert g0.env["DYN_FILE_KV"] == str(tmp_path / "kv")
+    assert g0.argv[1:3] == ("-m", "dynamo.mocker") and "--disaggregation-mode" not in g0.argv
+    assert g0.argv[-2:] == ("--speedup-ratio", "10")
+    assert g0.checks[0]["url"] == "http://127.0.0.1:9001/health"
+    assert frontend.argv[1:3] == ("-m", "dynamo.frontend")
+    assert [c["url"].rsplit("/", 1)[-1] for c in frontend.checks] == ["health", "models",
+                                                                       "completions"]  # fmt: skip
+    assert frontend.checks[2]["body"]["model"] == "tiny"
+
+
+def test_disaggregated_vllm_gets_modes_and_tp(tmp_path) -> None:
+    spec = spec_from_dict(spec_doc(engine="vllm", serving={
+        "prefill": {"replicas": 1, "tp": 2}, "decode": {"replicas": 1, "tp": 4}}))  # fmt: skip
+    w = service_workload(spec)
+    assert w.workers == 6 and w.gb.sum() > 0
+    kv = [(s, d) for s, d in zip(w.src, w.dst, strict=True) if s < 2 <= d]
+    assert kv, "prefill sends its KV cache to decode"
+    plan = plan_for(spec, [("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2), ("b", 3)])
+    engines, _ = dynamo_processes(plan, spec, tmp_path, ports=[1, 2])
+    (pre, gp), (dec, gd) = engines
+    assert (pre.role, dec.role) == ("prefill", "decode")
+    assert gp.argv[gp.argv.index("--disaggregation-mode") + 1] == "prefill"
+    assert gd.argv[gd.argv.index("--tensor-parallel-size") + 1] == "4"
+    assert gd.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_bad_specs_and_plans_are_refused(tmp_path) -> None:
+    with pytest.raises(InputError, match="engine"):
+        spec_from_dict(spec_doc(engine="tgi"))
+    with pytest.raises(InputError, match="model"):
+        spec_from_dict(spec_doc(model={"name": "x"}))
+    with pytest.raises(InputError, match="tsched"):
+        spec_from_dict(spec_doc(tsched="dynamo/v9"))
+    spec = spec_from_dict(spec_doc(serving={"decode": {"replicas": 1, "tp": 2}}))
+    with pytest.raises(InputError, match="spans nodes"):
+        replicas_of(plan_for(spec, [("a", 0), ("b", 0)]), spec)
+    other = Plan("c", "w", "feasible", 0.0, None, None, "g", 0.0, 0,
+                 (PlanEntry(0, "a", 0),), {})  # fmt: skip
+    with pytest.raises(InputError, match="needs 2"):
+        replicas_of(other, spec)
+
+
+def test_example_service_specs_parse() -> None:
+    from tsched.backends.dynamo import read_spec
+
+    for path in sorted((Path(__file__).parents[1] / "models" / "services").glob("*.yaml")):
+        spec = read_spec(path)
+        assert service_workload(spec).workers >= 1, path
+
+
+# ---------------------------------------------------------------------------- live
+
+
+def tiny_model(path: Path) -> Path:
+    """A llama-like config and a WordLevel tokenizer: all the mocker needs, no weights."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(200)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(path / "tokenizer.json"))
+    (path / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": len(vocab), "max_position_embeddings": 2048,
+        "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16"}))  # fmt: skip
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "model_max_length": 2048,
+        "chat_template": "{% for m in messages %}{{ m['content'] }} {% endfor %}"}))  # fmt: skip
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def completion(port: int, prompt: str = "w1 w2 w3") -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 8}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture
+def service(ray_cluster, tmp_path):
+    """Bring a service up from a spec dict; after the test, bring it down and check that no
+    process, port, actor or placement group is left."""
+    from tsched.backends.dynamo import _find, down, up
+    from tsched.discovery.ray import inventory
+
+    cluster = inventory(timeout=20).cluster
+    model = tiny_model(tmp_path / "tiny")
+    started: list[tuple[str, list[int], Path]] = []
+
+    def start(name: str, serving: dict, **over):
+        port = free_port()
+        spec = spec_from_dict(spec_doc(name=name, serving=serving, frontend={"port": port},
+                                       model={"name": "tiny", "path": str(model)},
+                                       restart={"health_timeout": 90, "lease_timeout": 3},
+                                       **over))  # fmt: skip
+        problem = tsched.PlacementProblem.build(cluster, service_workload(spec))
+        plan = tsched.solve(problem, method="greedy", seed=0).plan()
+        work = tmp_path / name
+        state = up(spec, plan, workdir=work, timeout=120)
+        started.append((name, [port], work))
+        return spec, plan, state, port, work
+
+    yield start
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    for name, ports, work in started:
+        if _find(ray, name):
+            down(name)
+        receipts = [json.loads(p.read_text()) for p in work.glob("*.receipt.json")]
+        pids = [run["pid"] for r in receipts for run in r["runs"]]
+        assert receipts and not any(alive(p) for p in pids), "engine processes left behind"
+        assert not any(listening(p) for p in ports), "frontend port still open"
+        assert not _find(ray, name), "actors left behind"
+        tables = placement_group_table().values()
+        assert not [t for t in tables if t.get("name", "").startswith(f"tsched-dynamo-{name}-")
+                    and t.get("state") != "REMOVED"], "placement group left behind"  # fmt: skip
+
+
+@pytest.mark.ray
+@pytest.mark.dynamo
+@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+def test_aggregated_service_answers_then_goes_down_cleanly(service) -> None:
+    import urllib.request
+
+    spec, plan, state, port, work = service("agg", {"decode": {"replicas": 2, "tp": 1}})
+    assert state["healthy"] and set(state["parts"]) == {"decode0", "decode1", "frontend"}
+    out = completion(port)
+    assert out["usage"]["completion_tokens"] == 8
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
+        health = json.loads(resp.read())
+    generate = [i for i in health["instances"] if i["endpoint"] == "generate"]
+    assert len(generate) == 2  # both replicas registered with the frontend
+    from tsched.backends.dynamo import down, status
+
+    assert status("agg")["healthy"]
+    receipts = down("agg")
+    assert {r["end_reason"] for r in receipts} == {"stopped"} and len(receipts) == 3
+    with pytest.raises(ExecutorError, match="no service 'agg'"):
+        status("agg")
+
+
+@pytest.mark.ray
+@pytest.mark.dynamo
+@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+def test_disaggregated_prefill_decode_service(service) -> None:
+    spec, plan, state, port, _work = service(
+        "disagg", {"prefill": {"replicas": 1, "tp": 1}, "decode": {"replicas": 1, "tp": 2}}
+    )
+    assert set(state["parts"]) == {"prefill0", "decode0", "frontend"} and state["healthy"]
+    nodes = {e.node for e in plan.assignment}
+    assert len(nodes) >= 1
+    assert completion(port)["usage"]["completion_tokens"] == 8
+
+
+@pytest.mark.ray
+@pytest.mark.dynamo
+@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+def test_killed_engine_is_restarted_by_its_guardian(service) -> None:
+    import signal
+
+    from tsched.backends.dynamo import status
+
+    _spec, _plan, state, port, _work = service("restart", {"decode": {"replicas": 1, "tp": 1}})
+    pid = state["parts"]["decode0"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        part = status("restart")["parts"]["decode0"]
+        if part["restarts"] == 1 and part["state"] == "up" and part["pid"] != pid:
+            break
+        time.sleep(0.5)
+    assert part["restarts"] == 1 and part["pid"] != pid and part["state"] == "up"
+    assert not alive(pid)
+    # the frontend drops the killed instance (its discovery lease lapses) and finds the new one:
+    # wait for five answers in a row
+    deadline, streak = time.monotonic() + 90, 0
+    while time.monotonic() < deadline and streak < 5:
+        try:
+            streak = streak + 1 if completion(port)["usage"]["completion_tokens"] == 8 else 0
+        except OSError:
+            streak = 0
+            time.sleep(0.5)
+    assert streak == 5
+
+
+@pytest.mark.ray
+@pytest.mark.dynamo
+@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+def test_owner_killed_takes_its_engine_down(service) -> None:
+    import ray
+
+    from tsched.backends.dynamo import _actor_name
+
+    _spec, _plan, state, _port, work = service("owner", {"decode": {"replicas": 1, "tp": 1}})
+    pid = state["parts"]["decode0"]["pid"]
+    actor = ray.get_actor(_actor_name("owner", "decode0"), namespace="tsched")
+    ray.kill(actor)  # SIGKILL of the owning actor's process
+    deadline = time.monotonic() + 15  # well within lease timeout + stop timeout
+    while time.monotonic() < deadline and alive(pid):
+        time.sleep(0.2)
+    assert not alive(pid)
+    # Either the guardian saw its owner go (SIGHUP, parent change, lease) and wrote how it
+    # ended, or Ray's cleanup of the killed worker's children SIGKILLed the guardian too and
+    # the kernel took the engine down with it (PR_SET_PDEATHSIG). Both leave nothing behind.
+    receipt = json.loads((work / "decode0.receipt.json").read_text())
+    guardian = receipt["guardian_pid"]
+    deadline = time.monotonic() + 15
+    while receipt.get("end_reason") is None and alive(guardian) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        receipt = json.loads((work / "decode0.receipt.json").read_text())
+    assert not alive(guardian)
+    assert receipt.get("end_reason") in (None, "owner-gone", "lease-expired")
+
+
+@pytest.mark.ray
+@pytest.mark.dynamo
+@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+def test_cli_up_status_down(ray_cluster, tmp_path, capsys) -> None:
+    import yaml
+
+    from tsched.cli import main
+    from tsched.discovery.ray import inventory
+    from tsched.formats.cluster_yaml import write_cluster
+
+    write_cluster(inventory(timeout=20).cluster, tmp_path / "cluster.yaml")
+    tiny_model(tmp_path / "tiny-model")
+    port = free_port()
+    doc = spec_doc(name="cli", model={"name": "tiny", "path": "tiny-model"},
+                   frontend={"port": port}, restart={"lease_timeout": 3})  # fmt: skip
+    (tmp_path / "svc.yaml").write_text(yaml.safe_dump(doc))
+    work = tmp_path / "work"
+    try:
+        code = main(["dynamo", "up", str(tmp_path / "svc.yaml"), "--cluster",
+                     str(tmp_path / "cluster.yaml"), "--method", "greedy", "--workdir", str(work),
+                     "--json"])  # fmt: skip
+        out = json.loads(capsys.readouterr().out)
+        assert code == 0 and out["healthy"] and out["url"] == f"http://127.0.0.1:{port}"
+        assert completion(port)["usage"]["completion_tokens"] == 8
+        assert main(["dynamo", "status", "cli", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["healthy"]
+    finally:
+        code = main(["dynamo", "down", "cli", "--json"])
+    receipts = json.loads(capsys.readouterr().out)["receipts"]
+    assert code == 0 and {r["end_reason"] for r in receipts} == {"stopped"}
+    pids = [run["pid"] for r in receipts for run in r["runs"]]
+    assert not any(alive(p) for p in pids) and not listening(port)
+    assert main(["dynamo", "down", "cli"]) == 3  # nothing left to stop
+    assert "no service 'cli'" in capsys.readouterr().err

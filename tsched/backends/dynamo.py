@@ -1,0 +1,548 @@
+"""NVIDIA Dynamo lifecycle: placement-aware replicas, Ray-owned GPUs, guarded engine processes.
+
+A **service spec** (``tsched: dynamo/v1``) names the model, the engine (``vllm``, ``sglang``,
+``trtllm`` or ``mocker``) and the pools — aggregated (decode replicas only) or disaggregated
+(prefill replicas feeding decode replicas) — with TP per replica. From it:
+
+1. :func:`service_workload` is the traffic the planner places: TP all-reduces inside each
+   replica and the KV-cache transfer from prefill to decode replicas
+   (:func:`tsched.workload.serving_traffic`). A plan keeps each TP group on NVLink and puts
+   prefill replicas near the decode replicas they feed.
+2. :func:`replicas_of` groups the plan's workers into replicas (one node each; a TP group cannot
+   span nodes) and :func:`dynamo_processes` gives each its process: module and arguments,
+   ``CUDA_VISIBLE_DEVICES`` from the planned GPUs, ports, and Dynamo's environment (namespace,
+   discovery backend, request and event planes), plus the frontend process.
+3. :func:`up` reserves the GPUs as one Ray placement group (a bundle per replica, pinned to its
+   planned node and GPUs) and starts one **detached** Ray actor per replica — it owns the
+   bundle and runs the replica's :mod:`~tsched.backends.guardian`, beating its lease — plus a
+   frontend actor; it waits until every engine is healthy and the frontend lists the model and
+   answers a real completion. Any failure tears down what it started. The service outlives the
+   CLI call; :func:`status` and :func:`down` find it again by name.
+
+If an actor dies (``ray.kill``, a crash, its node), its guardian gets SIGHUP from the kernel or
+sees its lease expire and stops the engine: no orphan process on any path. Every guardian writes
+a receipt of what ran and how it ended.
+
+The defaults target one machine (file discovery under a shared work directory, TCP request
+plane, ZMQ events on 127.0.0.1); for several hosts set ``discovery: {backend: etcd}`` and the
+hosts in ``env``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tsched.errors import ExecutorError, InputError
+from tsched.plan import Plan
+
+__all__ = [
+    "ENGINES",
+    "DynamoSpec",
+    "Replica",
+    "read_spec",
+    "spec_from_dict",
+    "service_workload",
+    "replicas_of",
+    "dynamo_processes",
+    "up",
+    "status",
+    "down",
+]
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("vllm", "sglang", "trtllm", "mocker")
+RAY_NAMESPACE = "tsched"
+_TP_FLAG = {"vllm": "--tensor-parallel-size", "sglang": "--tp", "trtllm": "--tensor-parallel-size"}
+
+
+@dataclass(frozen=True)
+class DynamoSpec:
+    """A served model (see the module docstring and ``models/services/``)."""
+
+    name: str
+    engine: str
+    model_name: str
+    model_path: str
+    serving: Any  # tsched.workload.ServingSpec
+    model: Any  # tsched.workload.ModelSpec
+    namespace: str = "dynamo"
+    frontend_host: str = "127.0.0.1"
+    frontend_port: int = 8000
+    discovery: str = "file"
+    engine_args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    restart: str = "on-failure"
+    max_restarts: int = 3
+    health_timeout: float = 120.0
+    lease_timeout: float = 10.0
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.serving.prefill is not None
+
+
+def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
+    """Validate a ``dynamo/v1`` document; errors name the field."""
+    from tsched.formats._check import Checker
+    from tsched.formats.workload_yaml import _serving
+    from tsched.workload import ModelSpec
+
+    ck = Checker(source)
+    doc = ck.mapping(
+        data,
+        "",
+        required=("tsched", "name", "engine", "model", "serving"),
+        optional=("tsched", "name", "engine", "model", "serving", "namespace", "frontend",
+                  "discovery", "engine_args", "env", "restart", "description"),
+    )  # fmt: skip
+    if doc["tsched"] != "dynamo/v1":
+        raise ck.fail("tsched", f"expected 'dynamo/v1', got {doc['tsched']!r}")
+    engine = ck.choice(doc["engine"], "engine", ENGINES)
+    m = ck.mapping(doc["model"], "model", required=("name", "path"),
+                   optional=("name", "path", "params_b", "hidden", "layers"))  # fmt: skip
+    model = ModelSpec(
+        params_b=ck.number(m.get("params_b", 8.0), "model.params_b", positive=True),
+        hidden=ck.integer(m.get("hidden", 4096), "model.hidden", minimum=1),
+        layers=ck.integer(m.get("layers", 32), "model.layers", minimum=1),
+    )
+    front = ck.mapping(doc.get("frontend", {}), "frontend", optional=("host", "port"))
+    disc = ck.mapping(doc.get("discovery", {}), "discovery", optional=("backend",))
+    restart_keys = ("policy", "max_restarts", "health_timeout", "lease_timeout")
+    restart = ck.mapping(doc.get("restart", {}), "restart", optional=restart_keys)
+    args = ck.sequence(doc.get("engine_args", []), "engine_args")
+    env = ck.mapping(doc.get("env", {}), "env", optional=doc.get("env") or ())
+    from tsched.backends.guardian import RESTART_POLICIES
+
+    return DynamoSpec(
+        name=ck.string(doc["name"], "name"),
+        engine=engine,
+        model_name=ck.string(m["name"], "model.name"),
+        model_path=ck.string(m["path"], "model.path"),
+        serving=_serving(ck, doc["serving"]),
+        model=model,
+        namespace=ck.string(doc.get("namespace", "dynamo"), "namespace"),
+        frontend_host=ck.string(front.get("host", "127.0.0.1"), "frontend.host"),
+        frontend_port=ck.integer(front.get("port", 8000), "frontend.port", minimum=0),
+        discovery=ck.choice(disc.get("backend", "file"), "discovery.backend", ("file", "etcd")),
+        engine_args=tuple(str(a) for a in args),
+        env={str(k): str(v) for k, v in env.items()},
+        restart=ck.choice(restart.get("policy", "on-failure"), "restart.policy", RESTART_POLICIES),
+        max_restarts=ck.integer(restart.get("max_restarts", 3), "restart.max_restarts", minimum=0),
+        health_timeout=ck.number(
+            restart.get("health_timeout", 120.0), "restart.health_timeout", positive=True
+        ),  # fmt: skip
+        lease_timeout=ck.number(
+            restart.get("lease_timeout", 10.0), "restart.lease_timeout", positive=True
+        ),  # fmt: skip
+    )
+
+
+def read_spec(path: str | os.PathLike[str]) -> DynamoSpec:
+    from tsched._io import load_yaml_text, read_text
+
+    spec = spec_from_dict(load_yaml_text(read_text(path, "dynamo spec"), str(path)), str(path))
+    model_path = Path(spec.model_path)
+    if not model_path.is_absolute():  # relative to the spec file
+        from dataclasses import replace
+
+        spec = replace(spec, model_path=str((Path(path).parent / model_path).resolve()))
+    return spec
+
+
+def service_workload(spec: DynamoSpec) -> Any:
+    """The planner's workload: TP inside replicas, KV transfer prefill → decode."""
+    from tsched.workload import Workload
+
+    return Workload.from_serving(spec.name, spec.serving, spec.model)
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One engine instance: its role (``prefill``, ``decode`` or ``agg``), its node and GPUs."""
+
+    name: str
+    role: str
+    node: str
+    gpus: tuple[int, ...]
+    workers: tuple[int, ...]
+
+
+def replicas_of(plan: Plan, spec: DynamoSpec) -> list[Replica]:
+    """Group the plan's workers by replica (roles ``prefill0-tp1`` …), one node per replica."""
+    workload = service_workload(spec)
+    roles = plan.roles or workload.roles
+    if roles is None or len(roles) != len(plan.assignment):
+        raise InputError(
+            f"plan has {len(plan.assignment)} workers; service {spec.name!r} needs "
+            f"{workload.workers} (plan made for another service?)"
+        )
+    groups: dict[str, list[Any]] = {}
+    for e in plan.assignment:
+        groups.setdefault(roles[e.worker].split("-", 1)[0], []).append(e)
+    out = []
+    for name, entries in groups.items():
+        nodes = {e.node for e in entries}
+        if len(nodes) != 1:
+            raise InputError(
+                f"replica {name!r} spans nodes {sorted(nodes)}: a TP group must stay on one node"
+            )
+        kind = name.rstrip("0123456789")
+        role = "agg" if not spec.disaggregated else kind
+        out.append(Replica(name, role, entries[0].node, tuple(e.gpu for e in entries),
+                           tuple(e.worker for e in entries)))  # fmt: skip
+    return out
+
+
+def _base_env(spec: DynamoSpec, workdir: Path) -> dict[str, str]:
+    env = {
+        "DYN_NAMESPACE": spec.namespace,
+        "DYN_REQUEST_PLANE": "tcp",
+        "DYN_EVENT_PLANE": "zmq",
+        "DYN_TCP_RPC_HOST": "127.0.0.1",
+        "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
+        "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+        "DYN_SYSTEM_HOST": "127.0.0.1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if spec.discovery == "file":
+        env["DYN_DISCOVERY_BACKEND"] = "file"
+        env["DYN_FILE_KV"] = str(workdir / "kv")
+    return {**env, **spec.env}
+
+
+def free_port(low: int = 20000, high: int = 32767) -> int:
+    """A free TCP port in [low, high]. Dynamo 1.6 reads ``DYN_SYSTEM_PORT`` as a signed 16-bit
+    integer, so ports above 32767 (the kernel's usual ephemeral range) make workers exit."""
+    import random
+
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ExecutorError(f"no free port in {low}-{high}")
+
+
+def dynamo_processes(
+    plan: Plan,
+    spec: DynamoSpec,
+    workdir: str | os.PathLike[str],
+    ports: Sequence[int] | None = None,
+) -> tuple[list[tuple[Replica, Any]], Any]:
+    """Pure translation: ``([(replica, GuardSpec)], frontend GuardSpec)``.
+
+    ``ports`` are the replicas' system (health) ports, in replica order; free ones are picked when
+    omitted. Each engine gets ``CUDA_VISIBLE_DEVICES`` = its planned GPU indices.
+    """
+    from tsched.backends.guardian import GuardSpec
+
+    work = Path(workdir)
+    base = _base_env(spec, work)
+    replicas = replicas_of(plan, spec)
+    ports = list(ports) if ports is not None else [free_port() for _ in replicas]
+    out = []
+    for replica, port in zip(replicas, ports, strict=True):
+        argv = [sys.executable, "-m", f"dynamo.{spec.engine}", "--model-path", spec.model_path,
+                "--model-name", spec.model_name]  # fmt: skip
+        if spec.disaggregated:
+            argv += ["--disaggregation-mode", replica.role]
+        if spec.engine in _TP_FLAG:
+            argv += [_TP_FLAG[spec.engine], str(len(replica.gpus))]
+        argv += list(spec.engine_args)
+        env = {
+            **base,
+            "DYN_SYSTEM_PORT": str(port),
+            # /health answers 200 once the generate endpoint serves (else it stays 503)
+            "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in replica.gpus),
+            **spec.env,
+        }
+        out.append(
+            (
+                replica,
+                GuardSpec(
+                    name=f"{spec.name}-{replica.name}",
+                    argv=tuple(argv),
+                    env=env,
+                    checks=(
+                        {"url": f"http://127.0.0.1:{port}/health", "contains": '"status":"ready"'},
+                    ),
+                    health_timeout=spec.health_timeout,
+                    restart=spec.restart,
+                    max_restarts=spec.max_restarts,
+                    lease_timeout=spec.lease_timeout,
+                    receipt=str(work / f"{replica.name}.receipt.json"),
+                    log_file=str(work / f"{replica.name}.log"),
+                ),
+            )
+        )
+    url = f"http://{spec.frontend_host}:{spec.frontend_port}"
+    completion = {"model": spec.model_name, "prompt": "hello", "max_tokens": 4}
+    frontend = GuardSpec(
+        name=f"{spec.name}-frontend",
+        argv=(
+            sys.executable,
+            "-m",
+            "dynamo.frontend",
+            "--http-host",
+            spec.frontend_host,
+            "--http-port",
+            str(spec.frontend_port),
+        ),  # fmt: skip
+        env=base,
+        checks=(
+            {"url": f"{url}/health", "contains": '"instances"'},
+            {"url": f"{url}/v1/models", "contains": f'"{spec.model_name}"'},
+            {"url": f"{url}/v1/completions", "body": completion, "contains": '"choices"'},
+        ),
+        health_timeout=spec.health_timeout,
+        restart=spec.restart,
+        max_restarts=spec.max_restarts,
+        lease_timeout=spec.lease_timeout,
+        receipt=str(work / "frontend.receipt.json"),
+        log_file=str(work / "frontend.log"),
+    )
+    return out, frontend
+
+
+# ---------------------------------------------------------------------------- Ray ownership
+class _Owner:
+    """A detached Ray actor owning one engine: it runs the engine's guardian and beats its
+    lease. Killing the actor (its process) stops the engine through the guardian."""
+
+    def __init__(self, spec_json: str, workdir: str) -> None:
+        from dataclasses import replace
+
+        from tsched.backends.guardian import GuardSpec, Lease, launch
+
+        spec = GuardSpec.from_json(spec_json)
+        self.lease = Lease(Path(workdir) / f"{spec.name}.lease")
+        self.spec = replace(spec, lease_file=str(self.lease.path), owner_pid=os.getpid())
+        self.proc = launch(self.spec, Path(workdir) / f"{spec.name}.guardian.json")
+        self._stop = threading.Event()
+        period = max(self.spec.lease_timeout / 4.0, 0.2)
+
+        def beat() -> None:
+            while not self._stop.wait(period):
+                self.lease.beat()
+
+        threading.Thread(target=beat, daemon=True).start()
+
+    def receipt(self) -> dict[str, Any]:
+        try:
+            data = json.loads(Path(self.spec.receipt or "").read_text())
+        except (OSError, ValueError):
+            data = {}
+        data["guardian_running"] = self.proc.poll() is None
+        data["node_ip"] = _node_ip()
+        return data
+
+    def stop(self, timeout: float = 30.0) -> dict[str, Any]:
+        self._stop.set()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait()
+        return self.receipt()
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+    except Exception:
+        return ""
+
+
+def _actor_name(service: str, part: str) -> str:
+    return f"tsched-dynamo-{service}-{part}"
+
+
+def _connect(address: str | None) -> Any:
+    from tsched.discovery.ray import connect
+
+    return connect(address, ExecutorError)
+
+
+def up(
+    spec: DynamoSpec,
+    plan: Plan,
+    *,
+    workdir: str | os.PathLike[str],
+    address: str | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Reserve, start and health-gate the service; returns its status. On any failure,
+    everything started is stopped and released before :class:`ExecutorError` is raised."""
+    from tsched.backends.ray import NODE_LABEL, gpu_resource, live_problems
+
+    ray = _connect(address)
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    work = Path(workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if _find(ray, spec.name):
+        raise ExecutorError(f"service {spec.name!r} is already up (tsched dynamo down {spec.name})")
+    problems = live_problems(plan)
+    if problems:
+        raise ExecutorError("plan refused, nothing reserved: " + "; ".join(problems[:3]))
+    engines, frontend = dynamo_processes(plan, spec, work)
+    bundles = [{**{gpu_resource(r.node, g): 1.0 for g in r.gpus}, "CPU": 0.01} for r, _ in engines]
+    selectors = [{NODE_LABEL: r.node} for r, _ in engines]
+    pg = placement_group(bundles, strategy="PACK", bundle_label_selector=selectors,
+                         name=_actor_name(spec.name, "pg"), lifetime="detached")  # fmt: skip
+    actors: list[Any] = []
+    limit = timeout or spec.health_timeout + 60
+    try:
+        if not pg.wait(60):
+            raise ExecutorError(f"reservation of {len(bundles)} replica bundles timed out")
+        owner = ray.remote(num_cpus=0, max_restarts=0)(_Owner)
+        for k, (replica, gspec) in enumerate(engines):
+            actors.append(
+                owner.options(
+                    name=_actor_name(spec.name, replica.name),
+                    namespace=RAY_NAMESPACE,
+                    lifetime="detached",
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        pg, placement_group_bundle_index=k
+                    ),
+                    resources={gpu_resource(replica.node, g): 1.0 for g in replica.gpus},
+                ).remote(gspec.to_json(), str(work))
+            )
+        _wait_healthy(ray, actors, [g.name for _, g in engines], limit)
+        actors.append(
+            owner.options(
+                name=_actor_name(spec.name, "frontend"), namespace=RAY_NAMESPACE,
+                lifetime="detached",
+            ).remote(frontend.to_json(), str(work))
+        )  # fmt: skip
+        _wait_healthy(ray, actors[-1:], [frontend.name], limit)
+    except BaseException:
+        _teardown(ray, actors, pg)
+        raise
+    return status(spec.name, address=address)
+
+
+def _wait_healthy(ray: Any, actors: list[Any], names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    pending = dict(zip(names, actors, strict=True))
+    while pending:
+        for name, actor in list(pending.items()):
+            r = ray.get(actor.receipt.remote(), timeout=30)
+            if r.get("healthy_at"):
+                del pending[name]
+            elif r.get("end_reason") or not r.get("guardian_running", True):
+                raise ExecutorError(
+                    f"{name} did not come up: {r.get('end_reason') or 'guardian exited'} "
+                    "(its log and receipt are in the work directory)"
+                )
+        if pending and time.monotonic() > deadline:
+            raise ExecutorError(f"not healthy after {timeout:g} s: {', '.join(pending)}")
+        time.sleep(0.2)
+
+
+def _teardown(ray: Any, actors: list[Any], pg: Any) -> list[dict[str, Any]]:
+    from ray.util.placement_group import remove_placement_group
+
+    receipts = []
+    for actor in reversed(actors):
+        try:
+            receipts.append(ray.get(actor.stop.remote(), timeout=60))
+        except Exception as exc:  # the actor may be dead already; its guardian stops itself
+            log.warning("stopping %s: %s", actor, exc)
+        try:
+            ray.kill(actor)
+        except Exception:
+            pass
+    if pg is not None:
+        from ray.util.placement_group import placement_group_table
+
+        from tsched.backends.ray import _wait_released
+
+        try:
+            bundles = (placement_group_table(pg).get("bundles") or {}).values()
+            held = [k for b in bundles for k in b if k.startswith("tsched_gpu_")]
+            remove_placement_group(pg)
+            _wait_released(pg, held)  # the GPUs are free again when down returns
+        except Exception as exc:
+            log.warning("releasing placement group: %s", exc)
+    return receipts
+
+
+def _find(ray: Any, service: str) -> dict[str, Any]:
+    prefix = _actor_name(service, "")
+    out = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if entry.get("namespace") == RAY_NAMESPACE and entry["name"].startswith(prefix):
+            try:
+                out[entry["name"][len(prefix) :]] = ray.get_actor(
+                    entry["name"], namespace=RAY_NAMESPACE
+                )
+            except ValueError:
+                continue
+    return out
+
+
+def status(service: str, *, address: str | None = None) -> dict[str, Any]:
+    """Each part of a running service: health, pid, restarts, how it ended (if it did)."""
+    ray = _connect(address)
+    parts = _find(ray, service)
+    if not parts:
+        raise ExecutorError(f"no service {service!r} is up")
+    out: dict[str, Any] = {"service": service, "parts": {}}
+    for name, actor in sorted(parts.items()):
+        if name == "pg":
+            continue
+        try:
+            r = ray.get(actor.receipt.remote(), timeout=30)
+        except Exception as exc:
+            out["parts"][name] = {"state": "owner-lost", "error": str(exc)}
+            continue
+        runs = r.get("runs") or [{}]
+        state = "up" if r.get("healthy_at") and not r.get("end_reason") else (
+            r.get("end_reason") or "starting"
+        )  # fmt: skip
+        out["parts"][name] = {"state": state, "pid": runs[-1].get("pid"),
+                              "restarts": r.get("restarts", 0)}  # fmt: skip
+    out["healthy"] = all(p.get("state") == "up" for p in out["parts"].values())
+    return out
+
+
+def down(service: str, *, address: str | None = None) -> list[dict[str, Any]]:
+    """Stop every part of ``service`` (frontend first), kill its actors, release its GPUs;
+    returns the guardians' receipts."""
+    ray = _connect(address)
+    parts = _find(ray, service)
+    pg = None
+    try:
+        from ray.util import get_placement_group
+
+        pg = get_placement_group(_actor_name(service, "pg"))
+    except Exception:
+        pg = None
+    if not parts and pg is None:
+        raise ExecutorError(f"no service {service!r} is up")
+    order = sorted(parts, key=lambda n: (n != "frontend", n))
+    return _teardown(ray, [parts[n] for n in reversed(order)], pg)
