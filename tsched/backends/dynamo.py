@@ -439,6 +439,8 @@ def up(
             ).remote(frontend.to_json(), str(work))
         )  # fmt: skip
         _wait_healthy(ray, actors[-1:], [frontend.name], limit)
+        serving = sum(1 for r, _ in engines if r.role != "prefill")
+        _wait_registered(f"http://127.0.0.1:{spec.frontend_port}/health", serving, limit)
     except BaseException:
         _teardown(ray, actors, pg)
         raise
@@ -461,6 +463,32 @@ def _wait_healthy(ray: Any, actors: list[Any], names: list[str], timeout: float)
         if pending and time.monotonic() > deadline:
             raise ExecutorError(f"not healthy after {timeout:g} s: {', '.join(pending)}")
         time.sleep(0.2)
+
+
+def _wait_registered(url: str, replicas: int, timeout: float) -> None:
+    """Wait until the frontend lists ``replicas`` distinct instances of the generate endpoint."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    seen: set[Any] = set()
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                health = json.loads(resp.read())
+            seen = {
+                i.get("instance_id")
+                for i in health.get("instances") or []
+                if i.get("endpoint") == "generate" and i.get("component") != "prefill"
+            }
+            if len(seen) >= replicas:
+                return
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise ExecutorError(
+        f"the frontend lists {len(seen)} of {replicas} replicas after {timeout:g} s"
+    )
 
 
 def _teardown(ray: Any, actors: list[Any], pg: Any) -> list[dict[str, Any]]:
