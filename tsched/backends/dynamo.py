@@ -440,7 +440,8 @@ def up(
         )  # fmt: skip
         _wait_healthy(ray, actors[-1:], [frontend.name], limit)
         serving = sum(1 for r, _ in engines if r.role != "prefill")
-        _wait_registered(f"http://127.0.0.1:{spec.frontend_port}/health", serving, limit)
+        host = "127.0.0.1" if spec.frontend_host in ("0.0.0.0", "") else spec.frontend_host
+        _wait_registered(f"http://{host}:{spec.frontend_port}/health", serving, limit)
     except BaseException:
         _teardown(ray, actors, pg)
         raise
