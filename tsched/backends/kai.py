@@ -38,11 +38,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
-
-import yaml
 
 from tsched.cluster import Cluster
 from tsched.errors import ExecutorError, InputError
@@ -114,14 +110,6 @@ def job_name(plan: Plan) -> str:
     return f"tsched-{base[:33].strip('-')}-{plan_hash(plan)}"
 
 
-def _span_labels(cluster: Cluster, nodes: Sequence[str]) -> list[str]:
-    """Labels of the levels, nearest first, from the node up: which domain holds ``nodes``."""
-    from tsched.formats.topograph import level_labels
-
-    labels = [HOSTNAME_LABEL] + level_labels(cluster)
-    return labels
-
-
 def topology_constraint(
     plan: Plan, cluster: Cluster, topology: str, workers: Sequence[int] | None = None
 ) -> dict[str, str]:
@@ -139,7 +127,9 @@ def topology_constraint(
                 f"plan node {name!r} is not in cluster {cluster.name!r}; pass the cluster the "
                 "plan was made for"
             )
-    labels = _span_labels(cluster, nodes)
+    from tsched.formats.topograph import level_labels
+
+    labels = [HOSTNAME_LABEL, *level_labels(cluster)]
     index = [cluster.node_index(n) for n in nodes]
     level = None
     if len(nodes) == 1:
@@ -370,35 +360,18 @@ def queue_object(name: str, gpu_quota: float = -1, parent: str | None = None) ->
     }
 
 
-@cache
-def _crd_schema(kind: str) -> dict[str, Any]:
-    filename, version = _CRD_FILES[kind]
-    text = resources.files("tsched.data.crds").joinpath(filename).read_text()
-    crd = next(d for d in yaml.safe_load_all(text) if d)
-    spec = next(v for v in crd["spec"]["versions"] if v["name"] == version)
-    return spec["schema"]["openAPIV3Schema"]
-
-
 def validate_objects(objects: Sequence[dict[str, Any]]) -> None:
     """Check objects against their real contracts: PodGroup and Queue against the KAI CRDs'
     OpenAPI schemas, Topology as :func:`tsched.formats.k8s_topology.validate` does, core objects
     by deserialising them into the ``kubernetes`` client's models. Raises :class:`InputError`
     naming the object and field."""
-    try:
-        import jsonschema
-    except ImportError:  # pragma: no cover - part of the kubernetes extra
-        raise InputError("validating manifests needs tsched[kubernetes]") from None
+    from tsched.formats.k8s_topology import check_schema, crd_schema
+
     for obj in objects:
         kind = obj.get("kind")
         where = f"{kind} {obj.get('metadata', {}).get('name', '?')}"
         if kind in _CRD_FILES:
-            errors = sorted(
-                jsonschema.Draft7Validator(_crd_schema(kind)).iter_errors(obj),
-                key=lambda e: list(e.absolute_path),
-            )
-            if errors:
-                path = ".".join(str(p) for p in errors[0].absolute_path) or "(root)"
-                raise InputError(f"{where}: {path}: {errors[0].message}")
+            check_schema(obj, crd_schema(*_CRD_FILES[kind]), f"{where}:")
             if kind == "PodGroup":
                 _check_subgroups(obj, where)
         elif kind == "Topology":

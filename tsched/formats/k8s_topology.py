@@ -21,7 +21,14 @@ from tsched.cluster import Cluster
 from tsched.errors import InputError
 from tsched.formats.topograph import level_labels
 
-__all__ = ["topology_object", "validate", "API_VERSIONS", "HOSTNAME_LABEL"]
+__all__ = [
+    "topology_object",
+    "validate",
+    "crd_schema",
+    "check_schema",
+    "API_VERSIONS",
+    "HOSTNAME_LABEL",
+]
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 API_VERSIONS = {"kai": "kai.scheduler/v1alpha1", "kueue": "kueue.x-k8s.io/v1alpha1"}
@@ -54,30 +61,35 @@ def topology_object(
 
 
 @cache
-def _schema(flavour: str) -> dict[str, Any]:
-    text = resources.files("tsched.data.crds").joinpath(_CRD_FILES[flavour]).read_text()
+def crd_schema(filename: str, version: str) -> dict[str, Any]:
+    """The ``openAPIV3Schema`` of one version of a CRD shipped in ``tsched/data/crds``."""
+    text = resources.files("tsched.data.crds").joinpath(filename).read_text()
     crd = next(d for d in yaml.safe_load_all(text) if d)
-    version = API_VERSIONS[flavour].split("/")[1]
     spec = next(v for v in crd["spec"]["versions"] if v["name"] == version)
     return spec["schema"]["openAPIV3Schema"]
+
+
+def check_schema(obj: dict[str, Any], schema: dict[str, Any], what: str) -> None:
+    """Raise :class:`InputError` naming the first field of ``obj`` that breaks ``schema``
+    (``"<what> spec.x: message"``)."""
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - part of the kubernetes extra
+        raise InputError(f"validating {what} needs jsonschema (tsched[kubernetes])") from None
+    errors = sorted(
+        jsonschema.Draft7Validator(schema).iter_errors(obj), key=lambda e: list(e.absolute_path)
+    )
+    if errors:
+        e = errors[0]
+        where = ".".join(str(p) for p in e.absolute_path) or "(root)"
+        raise InputError(f"{what} {where}: {e.message}")
 
 
 def validate(obj: dict[str, Any], flavour: str = "kai") -> None:
     """Raise :class:`InputError` if ``obj`` does not validate against the CRD schema, or breaks
     the CRD's CEL rules tsched can check (unique levels; hostname only last)."""
-    try:
-        import jsonschema
-    except ImportError:  # pragma: no cover - part of the kubernetes extra
-        raise InputError(
-            "validating Topology objects needs jsonschema (tsched[kubernetes])"
-        ) from None
-    errors = sorted(
-        jsonschema.Draft7Validator(_schema(flavour)).iter_errors(obj), key=lambda e: e.path
-    )
-    if errors:
-        e = errors[0]
-        where = ".".join(str(p) for p in e.absolute_path) or "(root)"
-        raise InputError(f"Topology {where}: {e.message}")
+    version = API_VERSIONS[flavour].split("/")[1]
+    check_schema(obj, crd_schema(_CRD_FILES[flavour], version), "Topology")
     labels = [lv["nodeLabel"] for lv in obj["spec"]["levels"]]
     if len(set(labels)) != len(labels):
         raise InputError("Topology spec.levels: must be unique")
