@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tsched.backends.dynamo import free_port
 from tsched.backends.guardian import GuardSpec, Lease, group_alive, launch
+from tsched.backends.guardian import pid_alive as alive
 from tsched.errors import InputError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux prctl")
@@ -51,12 +52,6 @@ ENGINE = textwrap.dedent(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def spec_for(tmp_path: Path, mode: str, **kw) -> tuple[GuardSpec, int]:
     engine = tmp_path / "engine.py"
     engine.write_text(ENGINE)
@@ -78,14 +73,6 @@ def spec_for(tmp_path: Path, mode: str, **kw) -> tuple[GuardSpec, int]:
 def pids(tmp_path: Path) -> list[int]:
     f = tmp_path / "pids"
     return [int(x) for x in f.read_text().split()] if f.exists() else []
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def receipt(tmp_path: Path) -> dict:

@@ -56,6 +56,20 @@ def _mode_for(target: Path) -> int:
         return 0o666 & ~mask
 
 
+def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 110) -> Path:
+    """Save a matplotlib figure as PNG atomically (temporary file, then rename) and close it."""
+    import matplotlib.pyplot as plt
+
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=dpi)
+    finally:
+        plt.close(fig)
+    os.replace(tmp, target)
+    return target
+
+
 def read_text(path: str | os.PathLike[str], what: str) -> str:
     """Read a text file, turning a missing or unreadable file into an :class:`InputError`."""
     p = Path(path)

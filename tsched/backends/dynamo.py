@@ -272,7 +272,6 @@ def dynamo_processes(
             # /health answers 200 once the generate endpoint serves (else it stays 503)
             "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in replica.gpus),
-            **spec.env,
         }
         out.append(
             (
@@ -351,7 +350,6 @@ class _Owner:
         except (OSError, ValueError):
             data = {}
         data["guardian_running"] = self.proc.poll() is None
-        data["node_ip"] = _node_ip()
         return data
 
     def stop(self, timeout: float = 30.0) -> dict[str, Any]:
@@ -364,15 +362,6 @@ class _Owner:
                 self.proc.kill()
                 self.proc.wait()
         return self.receipt()
-
-
-def _node_ip() -> str:
-    try:
-        import ray
-
-        return str(ray.util.get_node_ip_address())
-    except Exception:
-        return ""
 
 
 def _actor_name(service: str, part: str) -> str:
@@ -508,13 +497,13 @@ def _teardown(ray: Any, actors: list[Any], pg: Any) -> list[dict[str, Any]]:
     if pg is not None:
         from ray.util.placement_group import placement_group_table
 
-        from tsched.backends.ray import _wait_released
+        from tsched.backends.ray import wait_released
 
         try:
             bundles = (placement_group_table(pg).get("bundles") or {}).values()
             held = [k for b in bundles for k in b if k.startswith("tsched_gpu_")]
             remove_placement_group(pg)
-            _wait_released(pg, held)  # the GPUs are free again when down returns
+            wait_released(pg, held)  # the GPUs are free again when down returns
         except Exception as exc:
             log.warning("releasing placement group: %s", exc)
     return receipts

@@ -43,7 +43,15 @@ from typing import Any
 from tsched._io import atomic_write_text
 from tsched.errors import ExecutorError, InputError
 
-__all__ = ["RESTART_POLICIES", "GuardSpec", "Guardian", "Lease", "launch", "group_alive"]
+__all__ = [
+    "RESTART_POLICIES",
+    "GuardSpec",
+    "Guardian",
+    "Lease",
+    "launch",
+    "group_alive",
+    "pid_alive",
+]
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +132,6 @@ class Lease:
         self.path.touch()
         os.utime(self.path)
 
-    def release(self) -> None:
-        """Expire the lease now (the guardian stops its engine at its next check)."""
-        try:
-            os.utime(self.path, (0, 0))
-        except FileNotFoundError:
-            pass
-
 
 def _prctl(option: int, arg: int) -> None:
     if sys.platform.startswith("linux"):
@@ -139,6 +140,26 @@ def _prctl(option: int, arg: int) -> None:
 
 def _engine_preexec() -> None:  # runs in the child between fork and exec
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _stat(pid: int | str) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` after the command name (state first, pgrp third)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a zombie is gone for our purposes)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    fields = _stat(pid)
+    return fields is None or fields[0] != "Z"
 
 
 def group_alive(pgid: int) -> bool:
@@ -153,13 +174,8 @@ def group_alive(pgid: int) -> bool:
     if not proc.is_dir():
         return True
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        fields = _stat(entry.name) if entry.name.isdigit() else None
+        if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
             return True
     return False
 
@@ -309,7 +325,7 @@ class Guardian:
         reason = None
         if os.getppid() != self.parent:
             reason = "owner-gone"
-        elif self.spec.owner_pid is not None and not _alive(self.spec.owner_pid):
+        elif self.spec.owner_pid is not None and not pid_alive(self.spec.owner_pid):
             reason = "owner-gone"
         elif self.spec.lease_file is not None:
             try:
@@ -378,19 +394,6 @@ class Guardian:
             self.receipt["ended_at"] = time.time()
             self.receipt["end_reason"] = self.stop_reason or "stopped"
             self._write()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def launch(spec: GuardSpec, spec_path: str | os.PathLike[str]) -> subprocess.Popen[bytes]:

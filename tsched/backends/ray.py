@@ -308,10 +308,10 @@ def run(
                 except Exception:  # finished meanwhile, or gone
                     pass
         remove_placement_group(pg)
-        _wait_released(pg, [next(iter(b)) for b in bundles])
+        wait_released(pg, [next(iter(b)) for b in bundles])
 
 
-def _wait_released(pg: Any, resources: list[str], timeout: float = 15.0) -> None:
+def wait_released(pg: Any, resources: list[str], timeout: float = 15.0) -> None:
     """Wait until the group is removed and its GPU resources are free again, so the next plan
     sees them (Ray returns them asynchronously)."""
     from ray._private.state import available_resources_per_node

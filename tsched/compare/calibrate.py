@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tsched._io import atomic_write_text, read_text
+from tsched._io import atomic_write_text, read_text, save_figure
 from tsched.cluster import Cluster
 from tsched.compare.jobmodel import (
     AppModel,
@@ -261,11 +261,9 @@ def fit_network(
     return scale, CollectiveModel(theta, two_node, overhead_factor, gamma)
 
 
-def scaled_network(cluster: Cluster, scale: float, names: set[str] | None = None) -> Cluster:
-    """A copy of ``cluster`` whose inter-node link bandwidths are multiplied by ``scale``
-    (only the link classes in ``names`` when given)."""
-    level_links = {cluster.link_names[i] for i in np.unique(cluster.level_link) if i >= 0}
-    names = level_links if names is None else names
+def scaled_network(cluster: Cluster, scale: float) -> Cluster:
+    """A copy of ``cluster`` whose inter-node link bandwidths are multiplied by ``scale``."""
+    names = {cluster.link_names[i] for i in np.unique(cluster.level_link) if i >= 0}
     links = {
         k: (replace(v, bandwidth=v.bandwidth * scale, provenance="measured") if k in names else v)
         for k, v in cluster.links.items()
@@ -466,11 +464,7 @@ def _plot_predictions(
         ax.set_xlabel("measured step time (s)")
         ax.set_ylabel("predicted (s)")
     fig.colorbar(sc, ax=axes[0].tolist(), label="nodes")
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path, dpi=100)
 
 
 def load_jobmodel(path: str | os.PathLike[str]) -> tuple[CollectiveModel, dict[str, AppModel]]:

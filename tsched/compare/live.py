@@ -26,7 +26,7 @@ __all__ = ["replay_trace", "result_from_records"]
 
 
 def result_from_records(
-    records: Sequence[JobRecord], config: SimConfig, usable_gpus: int, wall_time: float = 0.0
+    records: Sequence[JobRecord], config: SimConfig, wall_time: float = 0.0
 ) -> SimResult:
     """A :class:`SimResult` (time series of busy GPUs and waiting jobs) rebuilt from records."""
     events: list[tuple[float, int, int]] = []  # (time, d_busy, d_queued)
@@ -49,7 +49,6 @@ def result_from_records(
         usage[r.tenant or "default"] = usage.get(r.tenant or "default", 0.0) + r.gpus * (
             r.end - r.start
         )
-    del usable_gpus  # utilisation is derived from the records by the summary
     return SimResult(
         config,
         list(records),
@@ -135,6 +134,5 @@ def replay_trace(
             )
             for r in records
         ]
-        usable = int((~cluster.busy_mask).sum())
-        out.append(result_from_records(records, cfg, usable, time.perf_counter() - start))
+        out.append(result_from_records(records, cfg, time.perf_counter() - start))
     return out

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tsched._io import atomic_write_text
+from tsched._io import atomic_write_text, save_figure
 from tsched.compare.records import JobRecord, write_jsonl, write_records
 from tsched.compare.simulator import SimResult
 
@@ -277,11 +277,5 @@ def _plots(folder: Path, results: Sequence[SimResult], seeds: int) -> list[Path]
 
 
 def _save(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    tmp = path.with_name(f".{path.name}.tmp.png")
     fig.tight_layout()
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure(fig, path, dpi=110)
