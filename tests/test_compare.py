@@ -174,7 +174,19 @@ def test_calibration_meets_the_goal_on_compute_heavy_applications() -> None:
     # every predicted row spans more than one node; every multi-node row is predicted
     assert all(len(p["placement"]) > 1 for p in preds)
     assert len(preds) == sum(r.nodes > 1 for r in rows)
-    assert all(e["ceiling_rank_correlation"] <= 1.0 for e in apps.values())
+    assert apps["ncf"]["ceiling_rank_correlation"] < 0.9  # the noise limit the note reports
+
+
+def test_additive_ceiling_is_exact_on_additive_data() -> None:
+    from tsched.compare.calibrate import Measurement, _additive_ceiling
+
+    place = {"11": 1.0, "22": 1.7, "1111": 1.3}
+    batch = {8: 0.5, 16: 0.9, 32: 1.6}
+    rows = [Measurement("a", p, b, place[p] * batch[b], 0.0) for p in place for b in batch]
+    assert _additive_ceiling(rows) == pytest.approx(1.0)
+    noisy = [replace(r, step_time=r.step_time * (1.3 if k % 2 else 0.75))
+             for k, r in enumerate(rows)]  # fmt: skip
+    assert _additive_ceiling(noisy) < 1.0
 
 
 def test_an_applications_multi_node_rows_never_shape_its_own_predictions() -> None:
@@ -327,7 +339,8 @@ def test_same_seed_same_records_and_matched_pairing() -> None:
     assert a.records == b.records
     g = simulate(jobs, c, SimConfig(policy="greedy"))
     p = pair(g.records, a.records)
-    assert p["jobs"] == 60 and 0 <= p["faster_share"] + p["slower_share"] <= 1
+    assert p["jobs"] == 60
+    assert p["faster_share"] + p["slower_share"] > 0  # random places differently: it shows
     assert pair(g.records, g.records)["jct_ratio_median"] == 1.0
     with pytest.raises(ValueError, match="not matched"):
         pair(g.records, a.records[:-1])

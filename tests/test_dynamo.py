@@ -15,10 +15,12 @@ import pytest
 import tsched
 from tsched.backends.dynamo import (
     dynamo_processes,
+    free_port,
     replicas_of,
     service_workload,
     spec_from_dict,
 )
+from tsched.backends.guardian import pid_alive
 from tsched.errors import ExecutorError, InputError
 from tsched.plan import Plan, PlanEntry
 
@@ -110,6 +112,15 @@ def test_example_service_specs_parse() -> None:
 
 
 # ---------------------------------------------------------------------------- live
+def live(test):
+    """Real Dynamo processes on the session's local Ray cluster."""
+    for mark in (
+        pytest.mark.ray,
+        pytest.mark.dynamo,
+        pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)"),
+    ):
+        test = mark(test)
+    return test
 
 
 def tiny_model(path: Path) -> Path:
@@ -133,12 +144,6 @@ def tiny_model(path: Path) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -146,12 +151,7 @@ def listening(port: int) -> bool:
 
 
 def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return bool(pid) and pid_alive(pid)
 
 
 def completion(port: int, prompt: str = "w1 w2 w3") -> dict:
@@ -207,9 +207,7 @@ def service(ray_cluster, tmp_path):
                     and t.get("state") != "REMOVED"], "placement group left behind"  # fmt: skip
 
 
-@pytest.mark.ray
-@pytest.mark.dynamo
-@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+@live
 def test_aggregated_service_answers_then_goes_down_cleanly(service) -> None:
     import urllib.request
 
@@ -230,22 +228,20 @@ def test_aggregated_service_answers_then_goes_down_cleanly(service) -> None:
         status("agg")
 
 
-@pytest.mark.ray
-@pytest.mark.dynamo
-@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+@live
 def test_disaggregated_prefill_decode_service(service) -> None:
-    spec, plan, state, port, _work = service(
+    spec, plan, state, port, work = service(
         "disagg", {"prefill": {"replicas": 1, "tp": 1}, "decode": {"replicas": 1, "tp": 2}}
     )
     assert set(state["parts"]) == {"prefill0", "decode0", "frontend"} and state["healthy"]
-    nodes = {e.node for e in plan.assignment}
-    assert len(nodes) >= 1
+    for replica in replicas_of(plan, spec):  # each engine got exactly its planned GPUs
+        guard = json.loads((work / f"disagg-{replica.name}.guardian.json").read_text())
+        assert guard["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, replica.gpus))
+        assert len(replica.gpus) == (2 if replica.role == "decode" else 1)
     assert completion(port)["usage"]["completion_tokens"] == 8
 
 
-@pytest.mark.ray
-@pytest.mark.dynamo
-@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+@live
 def test_killed_engine_is_restarted_by_its_guardian(service) -> None:
     import signal
 
@@ -274,9 +270,7 @@ def test_killed_engine_is_restarted_by_its_guardian(service) -> None:
     assert streak == 5
 
 
-@pytest.mark.ray
-@pytest.mark.dynamo
-@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+@live
 def test_owner_killed_takes_its_engine_down(service) -> None:
     import ray
 
@@ -303,9 +297,7 @@ def test_owner_killed_takes_its_engine_down(service) -> None:
     assert receipt.get("end_reason") in (None, "owner-gone", "lease-expired")
 
 
-@pytest.mark.ray
-@pytest.mark.dynamo
-@pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)")
+@live
 def test_cli_up_status_down(ray_cluster, tmp_path, capsys) -> None:
     import yaml
 
