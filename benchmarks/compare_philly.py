@@ -16,6 +16,7 @@ report and plots) with the headline table in ``benchmarks/results/compare_philly
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import tsched
@@ -29,7 +30,7 @@ TRACES = ROOT / "tests" / "data" / "traces"
 CLUSTERS = ROOT / "models" / "clusters"
 
 
-def study(name, trace, cluster_file, policies, queue, limit=None):
+def study(name, trace, cluster_file, policies, queue, limit=None, folder="compare"):
     cluster = tsched.load_cluster(CLUSTERS / cluster_file)
     usable = int((~cluster.busy_mask).sum())
     jobs = load_trace(TRACES / trace, limit=limit, max_gpus=usable)
@@ -37,22 +38,21 @@ def study(name, trace, cluster_file, policies, queue, limit=None):
     start = time.perf_counter()
     results = sweep(jobs, cluster, configs)
     total = time.perf_counter() - start
-    out = RESULTS / "compare" / name
-    write_report(out, results, usable_gpus=usable, title=f"{trace} on {cluster.name} ({queue})")
+    out = RESULTS / folder / name
+    paths = write_report(out, results, usable_gpus=usable,
+                         title=f"{trace} on {cluster.name} ({queue})")  # fmt: skip
     print(f"{name}: {len(jobs)} jobs, {len(configs)} policies, {total:.0f} s")
+    summary = json.loads(paths[2].read_text())  # summary.json: what the report shows
     rows = []
-    from tsched.compare.report import pair, summarize
-
-    for res in results:
-        s = summarize(res, usable)
-        p = pair(results[0].records, res.records)
+    for s in summary["runs"]:
+        p = summary["paired_with_baseline"].get(s["label"], {"jct_ratio_geomean": 1.0})
         rows.append([
-            name, cluster.name, queue, f"{len(jobs):,}", res.config.label,
+            name, cluster.name, queue, f"{len(jobs):,}", s["label"],
             f"{s['jct_mean'] / 3600:.2f}", f"{s['jct_p50'] / 3600:.2f}",
             f"{s['jct_p95'] / 3600:.2f}", f"{s['jct_p99'] / 3600:.2f}",
             f"{s['queue_delay_mean'] / 3600:.2f}", f"{s['utilisation']:.1%}",
             f"{s['multi_node_jobs']}", f"{p['jct_ratio_geomean']:.3f}",
-            f"{res.wall_time:.1f}",
+            f"{s['simulation_seconds']:.1f}",
         ])  # fmt: skip
     return rows
 
@@ -62,16 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="first 5,000 Philly jobs")
     args = parser.parse_args(argv)
     limit = 5000 if args.quick else None
+    folder = "compare-quick" if args.quick else "compare"  # never overwrite the full results
     philly = "philly_jobs_pollux_2017-10-02_2017-10-30.csv"
     rows = []
     rows += study("philly-1024", philly, "fabric-1024.yaml", "greedy,pack,random,kai-tas",
-                  "fifo", limit)  # fmt: skip
+                  "fifo", limit, folder)  # fmt: skip
     for queue in ("fifo", "fair"):
         rows += study(f"philly-256-{queue}", philly, "dgx-a100-32node.yaml",
-                      "greedy,pack,random,kai-tas,greedy+frag", queue, limit)  # fmt: skip
+                      "greedy,pack,random,kai-tas,greedy+frag", queue, limit, folder)  # fmt: skip
     for queue in ("fifo", "backfill"):
         rows += study(f"pollux-6-{queue}", "pollux_workload-6.csv", "g4dn-12xlarge-16node.yaml",
-                      "greedy,pack,random,spread,kai-tas,greedy+frag,auto", queue)  # fmt: skip
+                      "greedy,pack,random,spread,kai-tas,greedy+frag,auto", queue,
+                      folder=folder)  # fmt: skip
     header = ["study", "cluster", "queue", "jobs", "policy", "avg JCT h", "p50 h", "p95 h",
               "p99 h", "avg queue h", "utilisation", "multi-node jobs",
               "JCT geo-mean vs first", "sim s"]  # fmt: skip

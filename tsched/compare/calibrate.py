@@ -318,8 +318,8 @@ def calibrate(
     by_app: dict[str, list[Measurement]] = {}
     for r in measurements:
         by_app.setdefault(r.application, []).append(r)
-    for r in measurements:  # every placement must fit on the cluster
-        placement_gpus(cluster, r.placement)
+    for placement in {r.placement for r in measurements}:  # each must fit on the cluster
+        placement_gpus(cluster, placement)
     apps: dict[str, AppModel] = {}
     sources: dict[str, str] = {}
     for name, rows in by_app.items():

@@ -46,6 +46,7 @@ from tsched.cluster import Cluster
 from tsched.compare.jobmodel import (
     AppModel,
     CollectiveModel,
+    _network_link,
     allreduce_seconds,
     packed_gpus,
 )
@@ -285,9 +286,9 @@ class _Placer:
             local = tuple(np.sort(c.gpu_local[gpus]).tolist())
             key: tuple[Any, ...] = (app.name, 1, int(c.node_type_index[nodes[0]]), local)
         else:
-            sub = c.node_link_index()[np.ix_(used, used)]
-            worst = int(sub.max()) if sub.size else -1
-            key = (app.name, len(gpus), len(used), int(counts.max()), worst)
+            # the time depends on the shape and on the link class the allreduce prices
+            link = _network_link(c, gpus)
+            key = (app.name, len(gpus), len(used), int(counts.max()), link)
         hit = self._iter_cache.get(key)
         if hit is None:
             compute = float(app.compute_seconds(app.local_bsz))
