@@ -458,3 +458,25 @@ def test_live_replay_runs_jobs_on_ray_with_the_simulators_schema(ray_cluster, tm
     assert read_records(paths[0])[0].source == "executed"
     with pytest.raises(InputError, match="live mode runs plain policies"):
         replay_trace(jobs, cluster, parse_policies("greedy+frag"))
+
+
+def test_iteration_cache_tells_apart_placements_priced_on_different_links() -> None:
+    from tsched.compare.simulator import _Placer
+
+    # the leaf is slower than the spine here, so the largest link index is not the slowest link
+    c = Cluster(
+        name="odd",
+        links={"nv": LinkClass("nv", 450), "leaf": LinkClass("leaf", 5),
+               "spine": LinkClass("spine", 50)},
+        levels=("leaf", "spine"),
+        node_types={"n": NodeType("n", 1, "X", 1, intra="nv")},
+        nodes=tuple(Node(f"n{i}", "n", {"leaf": f"l{i // 2}", "spine": "s"}) for i in range(6)),
+    )  # fmt: skip
+    app = AppModel("x", 0.1, 0.0, 1.0)
+    placer = _Placer(c, SimConfig(), CollectiveModel(), {"x": app})
+    one_per_leaf = np.array([0, 2, 4])  # only spine hops
+    two_in_a_leaf = np.array([0, 1, 2])  # a leaf hop: slower
+    for gpus in (one_per_leaf, two_in_a_leaf):
+        expected = iteration_seconds(app, c, gpus, model=CollectiveModel())
+        assert placer.iteration(app, gpus)[0] == pytest.approx(expected)
+    assert placer.iteration(app, two_in_a_leaf)[0] > placer.iteration(app, one_per_leaf)[0]
