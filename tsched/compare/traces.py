@@ -63,8 +63,9 @@ _HEADERS = {
     },  # fmt: skip
 }
 
-#: GPU hours of work per Pollux class: the geometric middle of the bucket the class is drawn
-#: from in Pollux's workload generator (< 1, 1–10, 10–100, > 100 GPU·h; 150 for the open one).
+#: GPU hours of work per Pollux class, in the bucket the class is drawn from in Pollux's
+#: workload generator (< 1, 1–10, 10–100, > 100 GPU·h): the geometric middle of the closed
+#: buckets (3.2, 32), and a chosen 0.5 and 150 for the open-ended ones.
 POLLUX_WORK_GPU_HOURS = {
     "cifar10": 0.5,
     "ncf": 0.5,
