@@ -1,64 +1,27 @@
-"""``tsched`` command line: parse → call the library → print. Errors are caught once here.
-
-Exit codes (DESIGN.md §4): 0 a plan or result was produced, 1 no feasible placement, 2 bad input
-or usage (one line on stderr), 3 a backend or solver failed. ``--json`` prints exactly one JSON
-document on stdout; progress and messages go to stderr.
-"""
+"""``tsched solve``, ``tsched qap``, ``tsched methods`` and ``tsched presets``: plan a workload,
+solve a raw QAP, list the solvers and the built-in models."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from tsched.errors import InputError, TschedError
+from tsched.cli._common import (
+    EXIT_INFEASIBLE,
+    EXIT_OK,
+    parse_options,
+    stderr_console,
+)
 
-__all__ = ["main"]
-
-EXIT_OK, EXIT_INFEASIBLE, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line on stderr with exit code 2."""
-
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-        raise SystemExit(EXIT_INPUT)
-
-
-def _stderr_console(quiet: bool) -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, quiet=quiet, highlight=False)
-
-
-def _parse_options(items: Sequence[str] | None) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for item in items or ():
-        if "=" not in item:
-            raise InputError(
-                f"--option {item!r}: expected KEY=VALUE (e.g. --option required_level=leaf)"
-            )
-        key, raw = item.split("=", 1)
-        value: Any = raw
-        for convert in (int, float):
-            try:
-                value = convert(raw)
-                break
-            except ValueError:
-                continue
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        options[key.strip()] = value
-    return options
+__all__ = ["add_parsers"]
 
 
 def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
     from tsched.solvers.registry import solve
 
-    console = _stderr_console(args.quiet or args.json)
+    console = stderr_console(args.quiet or args.json)
     with console.status(
         f"solving {problem.name} with {args.method} "
         f"({problem.n_workers} workers, {problem.n_locations} free GPUs)…"
@@ -68,7 +31,7 @@ def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
             method=args.method,
             time_limit=args.time_limit,
             seed=args.seed,
-            options=_parse_options(args.option),
+            options=parse_options(args.option),
         )
 
 
@@ -110,7 +73,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         else:
             out.print(f"status {result.status}: {result.message}")
     if not args.quiet and args.output and ok and not args.json:
-        _stderr_console(False).print(f"plan written to {args.output}")
+        stderr_console(False).print(f"plan written to {args.output}")
     if not ok:
         if not args.json:
             sys.stderr.write(f"tsched: {result.status}: {result.message}\n")
@@ -205,12 +168,8 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def add_parsers(sub: Any) -> None:
     from tsched import presets
-
-    parser = _Parser(prog="tsched", description="Topology-aware GPU placement planner.")
-    parser.add_argument("--version", action="version", version="tsched 0.1.0")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     def solver_args(p: argparse.ArgumentParser, default_method: str) -> None:
         p.add_argument(
@@ -265,55 +224,3 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("presets", help="list built-in clusters and workloads")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_presets)
-
-    from tsched import cli_compare, cli_discovery, cli_dynamo, cli_kai, cli_run
-
-    cli_discovery.add_parsers(sub)
-    cli_run.add_parsers(sub)
-    cli_compare.add_parsers(sub)
-    cli_kai.add_parsers(sub)
-    cli_dynamo.add_parsers(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tsched`` console script; returns the exit code."""
-    parser = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    rest: list[str] = []
-    if "--" in argv:  # `tsched run ray PLAN -- CMD …`: everything after `--` is the command
-        cut = argv.index("--")
-        argv, rest = argv[:cut], argv[cut + 1 :]
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error already reported
-        return int(exc.code or 0)
-    if rest:
-        if not hasattr(args, "cmd_argv"):
-            sys.stderr.write(
-                "tsched: error: `-- COMMAND` is only for `tsched run ray` and `tsched kai`\n"
-            )
-            return EXIT_INPUT
-        args.cmd_argv = rest
-    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
-    if func is None:
-        parser.print_help(sys.stderr)
-        return EXIT_INPUT
-    try:
-        return func(args)
-    except TschedError as exc:
-        message = " ".join(str(exc).split("\n"))
-        sys.stderr.write(f"tsched: error: {message}\n")
-        return exc.exit_code
-    except BrokenPipeError:  # e.g. `tsched ... | head`: stop quietly
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
-    except KeyboardInterrupt:
-        sys.stderr.write("tsched: interrupted\n")
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
