@@ -19,6 +19,9 @@ from tsched.backends.dynamo import (
     replicas_of,
     service_workload,
     spec_from_dict,
+    tiny_model_files,
+    tiny_model_path,
+    write_tiny_model,
 )
 from tsched.backends.guardian import pid_alive
 from tsched.errors import ExecutorError, InputError
@@ -90,8 +93,8 @@ def test_disaggregated_vllm_gets_modes_and_tp(tmp_path) -> None:
 def test_bad_specs_and_plans_are_refused(tmp_path) -> None:
     with pytest.raises(InputError, match="engine"):
         spec_from_dict(spec_doc(engine="tgi"))
-    with pytest.raises(InputError, match="model"):
-        spec_from_dict(spec_doc(model={"name": "x"}))
+    with pytest.raises(InputError, match=r"model\.path: required for engine 'vllm'"):
+        spec_from_dict(spec_doc(engine="vllm", model={"name": "x"}))
     with pytest.raises(InputError, match="tsched"):
         spec_from_dict(spec_doc(tsched="dynamo/v9"))
     spec = spec_from_dict(spec_doc(serving={"decode": {"replicas": 1, "tp": 2}}))
@@ -101,6 +104,34 @@ def test_bad_specs_and_plans_are_refused(tmp_path) -> None:
                  (PlanEntry(0, "a", 0),), {})  # fmt: skip
     with pytest.raises(InputError, match="needs 2"):
         replicas_of(other, spec)
+
+
+def test_a_mocker_spec_without_a_model_path_serves_the_packaged_tiny_model(tmp_path) -> None:
+    from tsched.backends.dynamo import read_spec
+
+    spec = spec_from_dict(spec_doc(model={"name": "tiny"}))
+    assert Path(spec.model_path) == tiny_model_path()
+    engines, _ = dynamo_processes(
+        plan_for(spec, [("a", 0), ("a", 1)]), spec, tmp_path, ports=[1, 2]
+    )
+    argv = engines[0][1].argv
+    assert argv[argv.index("--model-path") + 1] == str(tiny_model_path())
+    # a path of the user's own that holds no model is refused when the spec is read
+    (tmp_path / "svc.yaml").write_text(json.dumps(spec_doc(model={"name": "t", "path": "nope"})))
+    with pytest.raises(InputError, match=r"svc\.yaml: model\.path .*nope.* has no config\.json"):
+        read_spec(tmp_path / "svc.yaml")
+
+
+def test_the_shipped_tiny_model_is_what_the_builder_writes() -> None:
+    shipped = {p.name: p.read_text() for p in tiny_model_path().glob("*.json")}
+    assert shipped == tiny_model_files()
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = json.loads(shipped["tokenizer.json"])["model"]["vocab"]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    assert json.loads(tok.to_str()) == json.loads(shipped["tokenizer.json"])
+    loaded = tokenizers.Tokenizer.from_file(str(tiny_model_path() / "tokenizer.json"))
+    assert loaded.encode("w1 w2 w255 zz").ids == [4, 5, 258, 0]
 
 
 def test_example_service_specs_parse() -> None:
@@ -121,27 +152,6 @@ def live(test):
     ):
         test = mark(test)
     return test
-
-
-def tiny_model(path: Path) -> Path:
-    """A llama-like config and a WordLevel tokenizer: all the mocker needs, no weights."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    path.mkdir(parents=True, exist_ok=True)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i + 3 for i in range(200)}}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(path / "tokenizer.json"))
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "num_hidden_layers": 2, "vocab_size": len(vocab), "max_position_embeddings": 2048,
-        "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16"}))  # fmt: skip
-    (path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "model_max_length": 2048,
-        "chat_template": "{% for m in messages %}{{ m['content'] }} {% endfor %}"}))  # fmt: skip
-    return path
 
 
 def listening(port: int) -> bool:
@@ -174,7 +184,7 @@ def service(ray_cluster, tmp_path):
     from tsched.discovery.ray import inventory
 
     cluster = inventory(timeout=20).cluster
-    model = tiny_model(tmp_path / "tiny")
+    model = write_tiny_model(tmp_path / "tiny")
     started: list[tuple[str, list[int], Path]] = []
 
     def start(name: str, serving: dict, **over):
@@ -306,7 +316,7 @@ def test_cli_up_status_down(ray_cluster, tmp_path, capsys) -> None:
     from tsched.formats.cluster_yaml import write_cluster
 
     write_cluster(inventory(timeout=20).cluster, tmp_path / "cluster.yaml")
-    tiny_model(tmp_path / "tiny-model")
+    write_tiny_model(tmp_path / "tiny-model")
     port = free_port()
     doc = spec_doc(name="cli", model={"name": "tiny", "path": "tiny-model"},
                    frontend={"port": port}, restart={"lease_timeout": 3})  # fmt: skip

@@ -47,6 +47,9 @@ from tsched.errors import ExecutorError, InputError
 from tsched.plan import Plan
 
 __all__ = [
+    "tiny_model_path",
+    "tiny_model_files",
+    "write_tiny_model",
     "ENGINES",
     "DynamoSpec",
     "Replica",
@@ -110,8 +113,11 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
     if doc["tsched"] != "dynamo/v1":
         raise ck.fail("tsched", f"expected 'dynamo/v1', got {doc['tsched']!r}")
     engine = ck.choice(doc["engine"], "engine", ENGINES)
-    m = ck.mapping(doc["model"], "model", required=("name", "path"),
+    m = ck.mapping(doc["model"], "model", required=("name",),
                    optional=("name", "path", "params_b", "hidden", "layers"))  # fmt: skip
+    if "path" not in m and engine != "mocker":
+        raise ck.fail("model.path", f"required for engine {engine!r} (only the mocker runs "
+                      "without one, on tsched's packaged tiny model)")  # fmt: skip
     model = ModelSpec(
         params_b=ck.number(m.get("params_b", 8.0), "model.params_b", positive=True),
         hidden=ck.integer(m.get("hidden", 4096), "model.hidden", minimum=1),
@@ -129,7 +135,7 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
         name=ck.string(doc["name"], "name"),
         engine=engine,
         model_name=ck.string(m["name"], "model.name"),
-        model_path=ck.string(m["path"], "model.path"),
+        model_path=ck.string(m["path"], "model.path") if "path" in m else str(tiny_model_path()),
         serving=_serving(ck, doc["serving"]),
         model=model,
         namespace=ck.string(doc.get("namespace", "dynamo"), "namespace"),
@@ -149,6 +155,78 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
     )
 
 
+#: The packaged tiny model's name in ``tsched/data``.
+TINY_MODEL = "tiny-model"
+#: Words of the tiny model's vocabulary (``w0 … w255``), besides ``<unk>``, ``<s>``, ``</s>``.
+TINY_VOCAB_WORDS = 256
+#: Context length the tiny model declares (config and tokenizer), long enough for agent contexts.
+TINY_CONTEXT_TOKENS = 131072
+
+
+def tiny_model_path() -> Path:
+    """The folder of the tiny model shipped with tsched: what the mocker engine needs to serve
+    (``config.json``, ``tokenizer.json``, ``tokenizer_config.json``) and no weights. A spec for
+    the mocker without ``model.path`` uses it; :func:`write_tiny_model` makes it."""
+    from importlib.resources import files
+
+    return Path(str(files("tsched.data") / TINY_MODEL))
+
+
+def tiny_model_files() -> dict[str, str]:
+    """The tiny model's files (name → JSON text): a llama-like ``config.json`` of 2 layers and
+    hidden size 64, a whitespace-split WordLevel ``tokenizer.json`` whose vocabulary is
+    ``<unk> <s> </s> w0 … w255`` (a prompt of N words "w1 w2 …" is N tokens), and a
+    ``tokenizer_config.json`` with a chat template that joins the messages' contents. The
+    tokenizer JSON is written in the ``tokenizers`` library's own format; the test suite checks
+    it against that library's output."""
+    import json
+
+    specials = ["<unk>", "<s>", "</s>"]
+    vocab = {w: i for i, w in enumerate(specials + [f"w{i}" for i in range(TINY_VOCAB_WORDS)])}
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+    }  # fmt: skip
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": len(vocab),
+        "max_position_embeddings": TINY_CONTEXT_TOKENS, "bos_token_id": 1, "eos_token_id": 2,
+        "torch_dtype": "float16",
+    }  # fmt: skip
+    tokenizer_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "model_max_length": TINY_CONTEXT_TOKENS,
+        "chat_template": "{% for m in messages %}{{ m['content'] }} {% endfor %}",
+    }  # fmt: skip
+    return {
+        "config.json": json.dumps(config, indent=1) + "\n",
+        "tokenizer.json": json.dumps(tokenizer, separators=(",", ":")) + "\n",
+        "tokenizer_config.json": json.dumps(tokenizer_config, indent=1) + "\n",
+    }
+
+
+def write_tiny_model(path: str | os.PathLike[str]) -> Path:
+    """Write the tiny model (:func:`tiny_model_files`) into folder ``path``; returns it.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = write_tiny_model(tempfile.mkdtemp())
+    >>> sorted(p.name for p in folder.iterdir())
+    ['config.json', 'tokenizer.json', 'tokenizer_config.json']
+    """
+    from tsched._io import atomic_write_text
+
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in tiny_model_files().items():
+        atomic_write_text(folder / name, text)
+    return folder
+
+
 def read_spec(path: str | os.PathLike[str]) -> DynamoSpec:
     from tsched._io import load_yaml_text, read_text
 
@@ -158,6 +236,12 @@ def read_spec(path: str | os.PathLike[str]) -> DynamoSpec:
         from dataclasses import replace
 
         spec = replace(spec, model_path=str((Path(path).parent / model_path).resolve()))
+    if spec.engine == "mocker" and not (Path(spec.model_path) / "config.json").is_file():
+        raise InputError(
+            f"{path}: model.path {spec.model_path!r} has no config.json (the mocker needs "
+            f"config.json, tokenizer.json and tokenizer_config.json; leave model.path out to "
+            f"use tsched's tiny model)"
+        )
     return spec
 
 

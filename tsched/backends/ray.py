@@ -1,6 +1,7 @@
 """Ray executor: reserve exactly the planned nodes and GPUs, run one task per worker, clean up.
 
-Convention a Ray cluster follows so that plans can pin GPUs (``ray_start_flags`` prints it):
+Convention a Ray cluster follows so that plans can pin GPUs (``tsched ray start-flags`` prints
+every node's ``ray start`` line; :func:`ray_start_argv` builds one):
 
 - each node carries the label ``tsched.io/node=<node name>`` (its name in the cluster model);
 - each GPU ``i`` of node ``n`` is a custom resource ``tsched_gpu_<n>_<i>`` of amount 1 (node names
@@ -32,7 +33,7 @@ import re
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,10 @@ __all__ = [
     "NODE_LABEL",
     "gpu_resource",
     "ray_bundles",
+    "RAY_HEAD_PORT",
+    "ray_start_argv",
     "ray_start_flags",
+    "ray_start_lines",
     "live_problems",
     "run",
     "WorkerResult",
@@ -106,19 +110,100 @@ def ray_bundles(
     return bundles, selectors, specs
 
 
-def ray_start_flags(cluster: Any, node: str, head_address: str = "HEAD:6379") -> str:
-    """The ``ray start`` command line a node of the cluster model runs to follow the convention."""
+#: The port a head started from ``ray start`` lines listens on unless told otherwise (Ray's own).
+RAY_HEAD_PORT = 6379
+
+
+def ray_start_argv(
+    cluster: Any,
+    node: str,
+    head: str | None = None,
+    *,
+    head_port: int = RAY_HEAD_PORT,
+    leave_out_busy: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``ray start`` argv with which node ``node`` of the cluster model follows the convention.
+
+    Parameters
+    ----------
+    cluster : Cluster
+        The cluster model; ``node`` must be one of its node names.
+    node : str
+        The node whose line to build.
+    head : str, optional
+        ``host:port`` of a running head to join. ``None`` makes this node the head
+        (``ray start --head --port=head_port``).
+    head_port : int
+        The head's port when ``head`` is ``None``.
+    leave_out_busy : bool
+        Advertise only the GPUs the model does not mark busy (the sandbox emulates occupancy
+        that way); by default every GPU of the node is advertised.
+    extra : sequence of str
+        More ``ray start`` options, appended as given.
+
+    Returns
+    -------
+    list of str
+        ``["ray", "start", …]``: ``--num-gpus``, the ``tsched.io/node`` label and one label per
+        network level (``tsched.io/<level>=<group>``), the GPU model and memory labels, and one
+        ``tsched_gpu_<node>_<i>`` resource per advertised GPU.
+
+    Examples
+    --------
+    >>> import tsched
+    >>> argv = ray_start_argv(tsched.load_cluster("dgx-h100-4node"), "node002", "10.0.0.1:6379")
+    >>> argv[:4]
+    ['ray', 'start', '--address=10.0.0.1:6379', '--num-gpus=8']
+    """
     import json
 
     index = cluster.node_index(node)
-    gpus = int(cluster.gpus_per_node[index])
-    resources = {gpu_resource(node, i): 1 for i in range(gpus)}
+    node_type = cluster.node_type_of(index)
+    busy = set(cluster.nodes[index].busy) if leave_out_busy else set()
+    gpus = [i for i in range(int(cluster.gpus_per_node[index])) if i not in busy]
+    resources = {gpu_resource(node, i): 1 for i in gpus}
     labels = {NODE_LABEL: node, **{f"tsched.io/{k}": v for k, v in cluster.nodes[index].at.items()}}
-    label_text = ",".join(f"{k}={v}" for k, v in labels.items())
-    return (
-        f"ray start --address={head_address} --num-gpus={gpus} "
-        f"--labels={shlex.quote(label_text)} --resources={shlex.quote(json.dumps(resources))}"
-    )
+    if node_type.gpu_model:
+        labels["tsched.io/gpu-model"] = node_type.gpu_model
+    if node_type.memory_gb:
+        labels["tsched.io/gpu-memory-gb"] = f"{node_type.memory_gb:g}"
+    where = [f"--address={head}"] if head else ["--head", f"--port={int(head_port)}"]
+    return [
+        "ray",
+        "start",
+        *where,
+        f"--num-gpus={len(gpus)}",
+        "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()),
+        "--resources=" + json.dumps(resources, separators=(",", ":")),
+        *extra,
+    ]
+
+
+def ray_start_flags(cluster: Any, node: str, head_address: str | None = "HEAD:6379") -> str:
+    """The ``ray start`` command line a node of the cluster model runs to follow the convention
+    (:func:`ray_start_argv`, quoted for a shell)."""
+    return shlex.join(ray_start_argv(cluster, node, head_address))
+
+
+def ray_start_lines(
+    cluster: Any, nodes: Sequence[str] | None = None, head: str | None = None
+) -> list[tuple[str, str]]:
+    """``(node, command line)`` for each node of the cluster model (or of ``nodes``).
+
+    Without ``head`` the model's first node is the head and the others join it at
+    ``<its name>:6379`` (node names taken as host names, as Slurm and Kubernetes use them).
+    """
+    names = list(nodes) if nodes else [n.name for n in cluster.nodes]
+    for name in names:
+        cluster.node_index(name)  # a clear error for an unknown name
+    first = cluster.nodes[0].name
+    join = head or f"{first}:{RAY_HEAD_PORT}"
+    return [
+        (name, shlex.join(ray_start_argv(cluster, name, None if (head is None and name == first)
+                                         else join)))
+        for name in names
+    ]  # fmt: skip
 
 
 # ---------------------------------------------------------------------- live validation

@@ -251,7 +251,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--time-scale", type=float, default=0.001,
                    help="--live: scale submit times and durations (default 0.001)")  # fmt: skip
     p.add_argument("--address", default=None,
-                   help="Ray address (--ray default: a local one; --live: auto)")  # fmt: skip
+                   help="Ray address (--ray default: a local one; --live: the sandbox's, "
+                        "else auto)")  # fmt: skip
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--placements", metavar="CSV", help="calibrate: measured step times")
     p.add_argument("--fit-max-nodes", type=int, default=1,

@@ -303,7 +303,9 @@ def add_parsers(sub: Any) -> None:
         help="nccl-tests output whose bus bandwidth replaces the link it measured (repeatable)",
     )
     p.add_argument("--sysfs-root", default="/", help="root of the sysfs tree (local)")
-    p.add_argument("--address", default=None, help="Ray address (default: auto)")
+    p.add_argument(
+        "--address", default=None, help="Ray address (default: the sandbox's, else auto)"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="per-node probe timeout (ray)")
     p.add_argument("--mapping", metavar="YAML", help="node → {level: group} (ray)")
     p.add_argument("--allow-failed", action="store_true", help="write even if nodes failed")

@@ -17,6 +17,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     from tsched.plan import read_plan
 
     spec = read_spec(args.spec)
+    if not args.plan and not args.cluster and args.address is None:
+        from tsched.discovery.ray import default_address, sandbox_state
+
+        sandbox = sandbox_state()
+        if sandbox is not None and default_address() == sandbox["address"]:
+            args.cluster = sandbox["cluster_file"]  # plan on the sandbox it will run on
     if args.plan:
         plan = read_plan(args.plan)
     elif args.cluster:
@@ -28,7 +34,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             raise InputError(f"no placement for {spec.name!r}: {result.message}")
         plan = result.plan()
     else:
-        raise InputError("tsched dynamo up: give --cluster (to plan) or --plan PLAN.json")
+        raise InputError(
+            "tsched dynamo up: give --cluster (to plan) or --plan PLAN.json "
+            "(or start a sandbox, whose cluster is the default: tsched sandbox up)"
+        )
     from rich.console import Console
 
     err = Console(stderr=True, quiet=args.quiet or args.json, highlight=False)
@@ -77,7 +86,10 @@ def add_parsers(sub: Any) -> None:
     dyn.required = True
     q = dyn.add_parser("up", help="plan, reserve, start and health-gate a service")
     q.add_argument("spec", metavar="SPEC.yaml", help="dynamo/v1 service spec")
-    q.add_argument("--cluster", help="cluster model to plan on (the Ray cluster's)")
+    q.add_argument(
+        "--cluster",
+        help="cluster model to plan on (the Ray cluster's; default: the sandbox's, when one is up)",
+    )
     q.add_argument("--plan", help="use this plan instead of planning")
     q.add_argument("--method", default="auto", help="solver when planning (default auto)")
     q.add_argument("--time-limit", type=float, default=10.0, help="solver time, s")
@@ -94,5 +106,7 @@ def add_parsers(sub: Any) -> None:
         q.add_argument("service", metavar="NAME")
         q.set_defaults(func=func)
     for q in dyn.choices.values():
-        q.add_argument("--address", default=None, help="Ray address (default: auto)")
+        q.add_argument(
+            "--address", default=None, help="Ray address (default: the sandbox's, else auto)"
+        )
         q.add_argument("--json", action="store_true", help="one JSON document on stdout")

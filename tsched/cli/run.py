@@ -78,7 +78,9 @@ def add_parsers(sub: Any) -> None:
     )
     r.add_argument("plan", metavar="PLAN.json")
     r.add_argument("--entrypoint", metavar="MODULE:FUNCTION", default=None)
-    r.add_argument("--address", default=None, help="Ray address (default: auto)")
+    r.add_argument(
+        "--address", default=None, help="Ray address (default: the sandbox's, else auto)"
+    )
     r.add_argument("--reservation-timeout", type=float, default=60.0, metavar="S")
     r.add_argument("--execution-timeout", type=float, default=None, metavar="S")
     r.add_argument("--master-port", type=int, default=29500)

@@ -24,6 +24,8 @@ time, and :func:`tsched.formats.nccl_tests.check_fresh` refuses them once stale.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import socket
 import statistics
 import struct
@@ -31,6 +33,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
@@ -44,6 +47,10 @@ __all__ = [
     "Measurement",
     "measure_links",
     "connect",
+    "default_address",
+    "sandbox_dir",
+    "sandbox_state",
+    "SANDBOX_DIR_ENV",
     "LEVEL_LABELS",
 ]
 
@@ -57,17 +64,49 @@ def _connect(address: str | None) -> Any:
     return connect(address, DiscoveryError)
 
 
+#: Environment variable naming the folder of the local sandbox's state (``tsched sandbox``).
+SANDBOX_DIR_ENV = "TSCHED_SANDBOX_DIR"
+
+
+def sandbox_dir() -> Path:
+    """Where ``tsched sandbox`` keeps its state: ``$TSCHED_SANDBOX_DIR``, else
+    ``$XDG_STATE_HOME/tsched/sandbox`` (``~/.local/state/tsched/sandbox``)."""
+    if os.environ.get(SANDBOX_DIR_ENV):
+        return Path(os.environ[SANDBOX_DIR_ENV])
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return Path(state) / "tsched" / "sandbox"
+
+
+def sandbox_state() -> dict[str, Any] | None:
+    """The running sandbox's state (address, cluster, nodes), or ``None`` when none is up."""
+    path = sandbox_dir() / "sandbox.json"
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) and state.get("address") else None
+
+
+def default_address() -> str:
+    """The Ray address commands use when none is given: ``$RAY_ADDRESS``, else the local
+    sandbox's (``tsched sandbox up``), else ``auto`` (the cluster this machine belongs to)."""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    state = sandbox_state()
+    return str(state["address"]) if state else "auto"
+
+
 def connect(address: str | None, error: type[Exception] = DiscoveryError) -> Any:
-    """The ``ray`` module, initialised against ``address`` (``auto``: the cluster this machine
-    belongs to). An explicit ``host:port`` that nothing listens on fails within seconds, with
-    ``error``, instead of Ray's minutes of retries."""
+    """The ``ray`` module, initialised against ``address`` (``None``: :func:`default_address`;
+    ``auto``: the cluster this machine belongs to). An explicit ``host:port`` that nothing
+    listens on fails within seconds, with ``error``, instead of Ray's minutes of retries."""
     try:
         import ray
     except ImportError:
         raise error("this needs ray (pip install 'tsched[ray]')") from None
     if ray.is_initialized():
         return ray
-    target = address or "auto"
+    target = address or default_address()
     host, _, port = target.rpartition(":")
     if host and port.isdigit() and "://" not in target:
         try:
