@@ -116,6 +116,32 @@ def test_qap_json(capsys) -> None:
     assert sorted(doc["permutation"]) == list(range(12)) and doc["objective"] >= 578
 
 
+def test_qap_and_solve_print_results_with_one_formatter(capsys) -> None:
+    import re
+
+    code, out, _ = run(capsys, "qap", str(QAPLIB / "instances/nug12.dat"), "--method", "greedy",
+                       "--seed", "3")  # fmt: skip
+    line = out.splitlines()[1]
+    pattern = (r"status (optimal|feasible)  objective (\d+)  bound (\d+|unknown)  "
+               r"gap (\d+\.\d\d%|unknown)  method greedy  (\d+\.\d{2,3}) s  seed 3")  # fmt: skip
+    match = re.fullmatch(pattern, line)
+    assert code == 0 and out.startswith("nug12: 12 facilities") and match, line
+    assert int(match.group(2)) >= 578
+    assert out.splitlines()[2].startswith("permutation (1-based, location of facility i): ")
+    code, out, _ = run(capsys, "solve", "--method", "greedy")
+    line = next(x for x in out.splitlines() if x.startswith("status "))
+    assert re.fullmatch(r"status optimal  objective [\d.]+ s/iteration  bound [\d.]+ s  "
+                        r"gap 0\.00%  method greedy  \d+\.\d{2,3} s", line), line  # fmt: skip
+
+
+def test_human_numbers_and_times() -> None:
+    from tsched.cli._common import format_number, format_seconds
+
+    assert [format_number(x) for x in (578.0, 21329310.0, 1.946581234, 0.0)] == [
+        "578", "21329310", "1.94658", "0"]  # fmt: skip
+    assert [format_seconds(t) for t in (0.0109, 2.000081, 123.4)] == ["0.011 s", "2.00 s", "123 s"]
+
+
 def test_methods_and_presets(capsys) -> None:
     code, out, _ = run(capsys, "methods", "--json")
     names = {row["name"] for row in json.loads(out)}

@@ -18,6 +18,9 @@ __all__ = [
     "Parser",
     "stderr_console",
     "parse_options",
+    "format_number",
+    "format_seconds",
+    "result_line",
 ]
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3
@@ -56,3 +59,31 @@ def parse_options(items: Sequence[str] | None) -> dict[str, Any]:
             value = raw.lower() == "true"
         options[key.strip()] = value
     return options
+
+
+def format_number(value: float) -> str:
+    """An objective or bound for people: integers as integers (QAPLIB costs), else 6
+    significant digits. JSON output keeps full precision; this is for the human lines only."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.6g}"
+
+
+def format_seconds(seconds: float) -> str:
+    """A wall time: ``0.011 s``, ``2.00 s``, ``123 s``."""
+    if seconds < 1.0:
+        return f"{seconds:.3f} s"
+    return f"{seconds:.2f} s" if seconds < 100.0 else f"{seconds:.0f} s"
+
+
+def result_line(result: Any, unit: str = "", bound_unit: str = "") -> str:
+    """The one line every command that solves prints about a result: status, objective,
+    bound, gap as a percentage, method and wall time (``tsched solve``, ``tsched qap``)."""
+    bound = "unknown" if result.bound is None else format_number(result.bound) + bound_unit
+    gap = "unknown" if result.gap is None else f"{100 * result.gap:.2f}%"
+    objective = "none" if result.objective is None else format_number(result.objective) + unit
+    return (
+        f"status {result.status}  objective {objective}  bound {bound}  gap {gap}  "
+        f"method {result.method}  {format_seconds(result.wall_time)}"
+    )

@@ -12,6 +12,7 @@ from tsched.cli._common import (
     EXIT_INFEASIBLE,
     EXIT_OK,
     parse_options,
+    result_line,
     stderr_console,
 )
 
@@ -61,13 +62,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         out.print(workload.describe())
         if ok:
             out.print(plan_table(plan))
-            gap = "unknown" if result.gap is None else f"{100 * result.gap:.2f}%"
-            bound = "unknown" if result.bound is None else f"{result.bound:.6g} s"
-            out.print(
-                f"status {result.status}  objective {result.objective:.6g} s/iteration  "
-                f"bound {bound}  gap {gap}  method {result.method}  "
-                f"{result.wall_time:.3f} s"
-            )
+            out.print(result_line(result, " s/iteration", " s"), soft_wrap=True)
             split = ", ".join(f"{k} {v:.4g} s" for k, v in plan.cost_by_link.items())
             out.print(f"communication by link: {split or 'none'}")
         else:
@@ -92,15 +87,14 @@ def cmd_qap(args: argparse.Namespace) -> int:
     doc = result.qap_dict(inst.name)
     if args.json:
         print(json.dumps(doc))
+        return EXIT_OK if result.assignment is not None else EXIT_INFEASIBLE
+    print(f"{inst.name}: {doc['n']} facilities")
+    if result.assignment is None:
+        print(f"status {result.status}: {result.message}")
     else:
-        for key, value in doc.items():
-            if key not in ("tsched", "permutation"):
-                print(f"{key:10} {value}")
-        if doc["permutation"] is not None:
-            print(
-                f"{'permutation':10} {' '.join(str(p + 1) for p in doc['permutation'])}"
-                "  (1-based, location of facility i)"
-            )
+        print(f"{result_line(result)}  seed {doc['seed']}")
+        permutation = " ".join(str(p + 1) for p in doc["permutation"])
+        print(f"permutation (1-based, location of facility i): {permutation}")
     return EXIT_OK if result.assignment is not None else EXIT_INFEASIBLE
 
 
