@@ -593,6 +593,19 @@ def _teardown(ray: Any, actors: list[Any], pg: Any) -> list[dict[str, Any]]:
     return receipts
 
 
+def _find_group(name: str) -> Any:
+    """The live placement group called ``name``, whichever namespace created it (a named group
+    is looked up in the caller's namespace only, and ``tsched dynamo down`` runs in a new
+    process, so in another anonymous namespace than the ``up`` that created it)."""
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, placement_group_table
+
+    for hex_id, entry in placement_group_table().items():
+        if entry.get("name") == name and entry.get("state") != "REMOVED":
+            return PlacementGroup(PlacementGroupID(bytes.fromhex(hex_id)))
+    return None
+
+
 def _find(ray: Any, service: str) -> dict[str, Any]:
     prefix = _actor_name(service, "")
     out = {}
@@ -637,13 +650,7 @@ def down(service: str, *, address: str | None = None) -> list[dict[str, Any]]:
     returns the guardians' receipts."""
     ray = _connect(address)
     parts = _find(ray, service)
-    pg = None
-    try:
-        from ray.util import get_placement_group
-
-        pg = get_placement_group(_actor_name(service, "pg"))
-    except Exception:
-        pg = None
+    pg = _find_group(_actor_name(service, "pg"))
     if not parts and pg is None:
         raise ExecutorError(f"no service {service!r} is up")
     order = sorted(parts, key=lambda n: (n != "frontend", n))

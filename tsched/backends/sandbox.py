@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -188,8 +189,8 @@ def _json(state: dict[str, Any]) -> str:
 
 
 def status() -> dict[str, Any] | None:
-    """The sandbox's state with each node's liveness and free GPUs read from Ray, or ``None``
-    when no sandbox is up."""
+    """The sandbox's state with each node's liveness and free GPUs, and the placement groups
+    and named actors that hold anything, read from Ray; ``None`` when no sandbox is up."""
     state = sandbox_state()
     if state is None:
         return None
@@ -201,22 +202,23 @@ def status() -> dict[str, Any] | None:
 
     ray = connect(state["address"], ExecutorError)
     from ray._private.state import available_resources_per_node
+    from ray.util import list_named_actors, placement_group_table
 
-    from tsched.backends.ray import NODE_LABEL
+    from tsched.backends.ray import NODE_LABEL, gpu_resource
 
+    state["placement_groups"] = sum(
+        1 for pg in placement_group_table().values() if pg.get("state") != "REMOVED"
+    )
+    state["named_actors"] = len(list_named_actors(all_namespaces=True))
     free = available_resources_per_node()
     live = {(n.get("Labels") or {}).get(NODE_LABEL): n for n in ray.nodes() if n.get("Alive")}
     for node in state["nodes"]:
         info = live.get(node["name"])
         node["alive"] = info is not None
-        node["free_gpus"] = (
-            sum(
-                1
-                for k, v in free.get(info["NodeID"], {}).items()
-                if k.startswith("tsched_gpu_") and v >= 1.0
-            )  # fmt: skip
-            if info is not None
-            else 0
+        held = free.get(info["NodeID"], {}) if info is not None else {}
+        own = re.compile(re.escape(gpu_resource(node["name"], 0)[:-1]) + r"\d+")
+        node["free_gpus"] = sum(
+            1 for key, amount in held.items() if own.fullmatch(key) and amount >= 1.0
         )
     return state
 

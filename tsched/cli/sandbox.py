@@ -64,6 +64,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"sandbox of {state['cluster']} at {state['address']}: "
               f"{alive}/{len(state['nodes'])} nodes alive, since {state['started']}")  # fmt: skip
         _print_nodes(tsched.load_cluster(state["cluster_file"]), state)
+        print(f"placement groups {state['placement_groups']}, "
+              f"named actors {state['named_actors']}")  # fmt: skip
     healthy = state is not None and state["up"] and all(n["alive"] for n in state["nodes"])
     return EXIT_OK if healthy else EXIT_INFEASIBLE
 
