@@ -133,4 +133,12 @@ def pytest_collection_modifyitems(config, items):
     """Run the tests that use the local Ray cluster last and together: the cluster (several
     raylets) then lives only while they run, not while CPU-heavy solver tests load the two
     cores, which can starve Ray's health checks and make it end the test process."""
-    items.sort(key=lambda item: item.get_closest_marker("ray") is not None)
+    items.sort(key=_order)
+
+
+def _order(item) -> int:
+    """Plain tests first, then the tests that start a sandbox of their own (before the shared
+    Ray cluster of the `ray` tests exists), then the `ray` tests."""
+    if item.get_closest_marker("sandbox") is not None:
+        return 1
+    return 2 if item.get_closest_marker("ray") is not None else 0

@@ -211,24 +211,6 @@ def test_replay_writes_jct_records_per_policy(ray_cluster, tmp_path) -> None:
     assert _nothing_reserved()
 
 
-def test_ray_start_flags_follow_the_convention() -> None:
-    import json
-    import shlex
-
-    import tsched
-    from tsched.backends.ray import ray_start_flags
-
-    cluster = tsched.load_cluster("dgx-h100-4node")
-    line = ray_start_flags(cluster, "node002", "10.0.0.1:6379")
-    args = shlex.split(line)
-    assert args[:3] == ["ray", "start", "--address=10.0.0.1:6379"]
-    assert "--num-gpus=8" in args
-    labels = dict(kv.split("=") for kv in args[4].removeprefix("--labels=").split(","))
-    assert labels == {"tsched.io/node": "node002", "tsched.io/leaf": "l0", "tsched.io/spine": "s0"}
-    resources = json.loads(args[5].removeprefix("--resources="))
-    assert resources == {gpu_resource("node002", i): 1 for i in range(8)}
-
-
 def test_an_address_nobody_listens_on_fails_fast(tmp_path, capsys) -> None:
     pytest.importorskip("ray")
     import ray
