@@ -48,16 +48,24 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
+    out = Console(highlight=False)
     table = Table(title=f"{args.plan}: {len(rows)} workers ran where planned")
     for col in ("rank", "node", "CUDA_VISIBLE_DEVICES", "seconds", "result"):
         table.add_column(col)
     for r in rows:
         table.add_row(
             str(r["rank"]), r["node"], r["cuda_visible_devices"], f"{r['seconds']:.3f}",
-            str(r["value"])[:60],
+            _brief(r["value"], max(12, out.width - 56)),
         )  # fmt: skip
-    Console(highlight=False).print(table)
+    out.print(table)
     return 0
+
+
+def _brief(value: Any, width: int = 32) -> str:
+    """A worker's result on one short line: a mapping as ``key=value`` pairs, cut at ``width``
+    characters (``--json`` has it whole)."""
+    text = " ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _jsonable(value: Any) -> Any:
