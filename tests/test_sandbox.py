@@ -126,17 +126,44 @@ def test_commands_find_the_sandbox_address_by_default(sandbox_dir, monkeypatch) 
 
     assert default_address() == "auto"
     sandbox_dir.mkdir()
-    (sandbox_dir / "sandbox.json").write_text(json.dumps({"address": "10.2.3.4:7777"}))
+    state = {"address": "10.2.3.4:7777", "cluster": "c", "cluster_file": "c.yaml",
+             "temp_dir": "/nowhere", "nodes": []}  # fmt: skip
+    (sandbox_dir / "sandbox.json").write_text(json.dumps(state))
     assert default_address() == "10.2.3.4:7777"
     monkeypatch.setenv("RAY_ADDRESS", "10.9.9.9:6379")
     assert default_address() == "10.9.9.9:6379"
+    monkeypatch.delenv("RAY_ADDRESS")
+    (sandbox_dir / "sandbox.json").write_text('{"address": "10.2.3.4:7777"}')  # not ours: ignored
+    assert default_address() == "auto"
+
+
+def test_a_sandbox_that_is_gone_is_named_in_the_error(sandbox_dir, tmp_path, capsys) -> None:
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("a Ray session is already open in this process")
+    sandbox_dir.mkdir()
+    state = {"address": "127.0.0.1:1", "cluster": "dgx-h100-4node", "cluster_file": "c.yaml",
+             "temp_dir": str(tmp_path / "tsched-sb-gone"), "nodes": []}  # fmt: skip
+    (sandbox_dir / "sandbox.json").write_text(json.dumps(state))
+    code, out, _ = run_cli(capsys, "sandbox", "status")
+    assert code == 1 and "not answering at 127.0.0.1:1 (tsched sandbox down clears it)" in out
+    plan = tmp_path / "plan.json"
+    assert main(["solve", "--method", "greedy", "-o", str(plan), "--quiet"]) == 0
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "run", "ray", str(plan), "--entrypoint",
+                           "tsched.backends.ray:report")  # fmt: skip
+    assert code == 3 and "cannot connect to Ray at 127.0.0.1:1" in err
+    assert "the sandbox's address: is it still up?" in err
+    code, out, _ = run_cli(capsys, "sandbox", "down")
+    assert code == 0 and "is down (0 processes stopped)" in out
+    assert not (sandbox_dir / "sandbox.json").exists()
 
 
 # ------------------------------------------------------------------------------ live
-def sandbox_processes(temp_dir: str) -> list:
+def sandbox_processes(temp_dir: str, groups: list[int]) -> list:
     from tsched.backends.sandbox import sandbox_processes as find
 
-    return find(temp_dir)
+    return find(temp_dir, groups)
 
 
 def listening(address: str) -> bool:
@@ -172,7 +199,8 @@ def test_up_status_down_on_every_preset_that_fits(capsys, sandbox_dir) -> None:
             assert (node["name"], node["alive"], node["free_gpus"]) == (model.name, True, free)
         code, out, _ = run_cli(capsys, "sandbox", "down")
         assert code == 0 and f"sandbox of {name} at {address} is down" in out
-        assert not sandbox_processes(temp_dir), f"{name}: processes left behind"
+        groups = [n["pgid"] for n in state["nodes"]]
+        assert not sandbox_processes(temp_dir, groups), f"{name}: processes left behind"
         assert not listening(address) and not Path(temp_dir).exists()
         assert not (sandbox_dir / "sandbox.json").exists()
         assert run_cli(capsys, "sandbox", "down")[:2] == (0, "no sandbox was up\n")
@@ -200,12 +228,17 @@ def test_start_flags_fed_to_ray_start_give_a_cluster_the_executor_accepts(tmp_pa
 
     temp_dir = tempfile.mkdtemp(prefix="tsched-sb-flags-")
     port = free_port()
+    groups: list[int] = []
     small = f"--num-cpus=1 --object-store-memory=100000000 --temp-dir={temp_dir}"
     try:
-        subprocess.run(f"ray start --head --port={port} --num-gpus=0 --include-dashboard=false "
-                       f"--dashboard-port={free_port()} --ray-client-server-port={free_port()} "
-                       f"{small}", shell=True, env=env, check=True, capture_output=True,
-                       timeout=120, start_new_session=True)  # fmt: skip
+        head_start = subprocess.Popen(
+            f"ray start --head --port={port} --num-gpus=0 --include-dashboard=false "
+            f"--dashboard-port={free_port()} --ray-client-server-port={free_port()} {small}",
+            shell=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        groups.append(head_start.pid)  # its daemons stay in its process group
+        assert head_start.wait(120) == 0
         from ray.util import get_node_ip_address
 
         head = f"{get_node_ip_address()}:{port}"
@@ -216,8 +249,11 @@ def test_start_flags_fed_to_ray_start_give_a_cluster_the_executor_accepts(tmp_pa
         commands = [line for line in script.splitlines() if not line.startswith("#")]
         assert len(commands) == 2
         for line in commands:  # verbatim, with the sandbox's small-raylet options appended
-            subprocess.run(f"{line} {small}", shell=True, env=env, check=True,
-                           capture_output=True, timeout=120, start_new_session=True)  # fmt: skip
+            joined = subprocess.Popen(f"{line} {small}", shell=True, env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)  # fmt: skip
+            groups.append(joined.pid)
+            assert joined.wait(120) == 0, line
         plan_file = tmp_path / "plan.json"
         subprocess.run(
             [str(bin_dir / "tsched"), "solve", "--cluster", str(cluster_file), "--workload",
@@ -238,8 +274,8 @@ def test_start_flags_fed_to_ray_start_give_a_cluster_the_executor_accepts(tmp_pa
         assert ran == {e.worker: (e.node, str(e.gpu)) for e in plan.assignment}
         assert ("beta", 0) not in {(e.node, e.gpu) for e in plan.assignment}  # left out: busy
     finally:
-        _stop(temp_dir, [])
+        _stop(temp_dir, groups)
         import shutil
 
         shutil.rmtree(temp_dir, ignore_errors=True)
-    assert not sandbox_processes(temp_dir)
+    assert not sandbox_processes(temp_dir, groups)

@@ -32,6 +32,7 @@ HAS_TOOLS = all(
 FACTS = {
     "pip install": r"install-dynamo: ai-dynamo [\d.]+ installed into ",
     "tsched solve": r"status optimal  objective [\d.]+ s/iteration  bound [\d.]+ s  gap 0\.00%",
+    "tsched show": r"picture of llama3-8b-tp4-pp2-dp2 on dgx-h100-4node written to plan\.html",
     "tsched sandbox up": r"sandbox of dgx-h100-4node up at \S+: 4 nodes, 30 free GPUs",
     "tsched run ray": r"plan\.json: 16 workers ran where planned",
     "tsched dynamo up": r"tiny-agg: healthy at http://127\.0\.0\.1:8000",
@@ -103,6 +104,8 @@ def test_the_readme_walkthrough_runs_verbatim(tmp_path) -> None:
     try:
         for command in commands:
             out = step(command)
+            if command.startswith("tsched show"):
+                assert '"tsched": "plan/v1"' in (work / "plan.html").read_text()
             if command.startswith("tsched sandbox up"):
                 sandbox = json.loads((tmp_path / "sandbox" / "sandbox.json").read_text())
             if command.startswith("tsched dynamo up"):
@@ -122,7 +125,8 @@ def test_the_readme_walkthrough_runs_verbatim(tmp_path) -> None:
     elapsed = time.monotonic() - started
     print(f"walkthrough: {len(commands)} steps in {elapsed:.0f} s")
     assert sandbox, "the walkthrough started no sandbox"
-    assert not sandbox_processes(sandbox["temp_dir"]), "sandbox processes left behind"
+    groups = [n["pgid"] for n in sandbox["nodes"]]
+    assert not sandbox_processes(sandbox["temp_dir"], groups), "sandbox processes left behind"
     host, _, port = sandbox["address"].rpartition(":")
     assert not listening(int(port), host) and not listening(8000)
     assert not any(pid_alive(pid) for pid in engine_pids), "engines or frontend left behind"

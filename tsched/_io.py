@@ -57,16 +57,20 @@ def _mode_for(target: Path) -> int:
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str], dpi: int = 110) -> Path:
-    """Save a matplotlib figure as PNG atomically (temporary file, then rename) and close it."""
+    """Save a matplotlib figure atomically (temporary file, then rename) and close it; the
+    format follows the suffix (``.png``, ``.svg`` …)."""
     import matplotlib.pyplot as plt
 
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp.png")
+    tmp = target.with_name(f".{target.name}.tmp{target.suffix}")
     try:
         fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     finally:
         plt.close(fig)
-    os.replace(tmp, target)
     return target
 
 

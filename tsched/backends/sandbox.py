@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +223,7 @@ def status() -> dict[str, Any] | None:
     return state
 
 
-def sandbox_processes(temp_dir: str, groups: list[int] = ()) -> list[Any]:  # type: ignore[assignment]
+def sandbox_processes(temp_dir: str, groups: Sequence[int] = ()) -> list[Any]:
     """Live (not zombie) processes of a sandbox: those whose command line names its Ray
     folder, those in its ``ray start`` process groups, and all their descendants."""
     import psutil
@@ -253,7 +253,7 @@ def sandbox_processes(temp_dir: str, groups: list[int] = ()) -> list[Any]:  # ty
     return alive
 
 
-def _stop(temp_dir: str, groups: list[int], grace: float = 3.0) -> int:
+def _stop(temp_dir: str, groups: Sequence[int], grace: float = 3.0) -> int:
     """SIGTERM every process of the sandbox, SIGKILL what is left after ``grace`` seconds;
     returns how many processes there were."""
     import psutil

@@ -52,6 +52,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     ok = result.assignment is not None
     if ok and args.output:
         write_plan(plan, args.output)
+    if ok and args.picture:
+        from tsched.show import write_picture
+
+        write_picture(plan, cluster, args.picture, workload, color_by=args.color_by)
     if args.json:
         print(plan.to_json(), end="")
     else:
@@ -69,6 +73,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
             out.print(f"status {result.status}: {result.message}")
     if not args.quiet and args.output and ok and not args.json:
         stderr_console(False).print(f"plan written to {args.output}")
+    if not args.quiet and args.picture and ok and not args.json:
+        stderr_console(False).print(f"picture written to {args.picture}")
     if not ok:
         if not args.json:
             sys.stderr.write(f"tsched: {result.status}: {result.message}\n")
@@ -197,6 +203,12 @@ def add_parsers(sub: Any) -> None:
     )
     solver_args(p, "auto")
     p.add_argument("--output", "-o", metavar="PLAN.json", help="write the plan here (atomically)")
+    p.add_argument(
+        "--picture", metavar="PATH.png|svg|html", help="draw the plan here (see tsched show)"
+    )
+    from tsched.cli.show import add_color_by
+
+    add_color_by(p)
     p.add_argument(
         "--max-age",
         type=float,

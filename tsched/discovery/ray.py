@@ -84,7 +84,9 @@ def sandbox_state() -> dict[str, Any] | None:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return state if isinstance(state, dict) and state.get("address") else None
+    keys = ("address", "cluster", "cluster_file", "temp_dir", "nodes")
+    ok = isinstance(state, dict) and state.get("address") and all(k in state for k in keys)
+    return state if ok else None
 
 
 def default_address() -> str:
@@ -107,12 +109,18 @@ def connect(address: str | None, error: type[Exception] = DiscoveryError) -> Any
     if ray.is_initialized():
         return ray
     target = address or default_address()
+    sandbox = sandbox_state()
+    hint = (
+        " (the sandbox's address: is it still up? tsched sandbox status)"
+        if address is None and sandbox is not None and target == sandbox["address"]
+        else ""
+    )
     host, _, port = target.rpartition(":")
     if host and port.isdigit() and "://" not in target:
         try:
             socket.create_connection((host, int(port)), timeout=5).close()
         except OSError as exc:
-            raise error(f"cannot connect to Ray at {target}: {exc.strerror or exc}") from None
+            raise error(f"cannot connect to Ray at {target}: {exc.strerror or exc}{hint}") from None
     try:
         ray.init(address=target, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -1,0 +1,150 @@
+"""Pictures of plans: what is drawn (groups, busy GPUs, traffic and cost by link class), and the
+files' content — SVG text that names the nodes, HTML that holds the plan and per-GPU tooltips."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from conftest import MODELS
+
+import tsched
+from tsched.cli import main
+from tsched.errors import InputError
+from tsched.plan import Plan, PlanEntry, write_plan
+
+pytest.importorskip("matplotlib")
+from tsched.show import AGGREGATE_GPUS, picture, write_picture  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def default():
+    cluster = tsched.load_cluster("dgx-h100-4node")
+    workload = tsched.load_workload("llama3-8b-tp4-pp2-dp2")
+    plan = tsched.solve(tsched.PlacementProblem.build(cluster, workload), method="greedy").plan()
+    return plan, cluster, workload
+
+
+def test_the_default_plan_coloured_by_tp_group_with_busy_gpus_and_traffic(default) -> None:
+    plan, cluster, workload = default
+    pic = picture(plan, cluster, workload)
+    assert pic.color_by == "tp" and not pic.aggregated
+    assert pic.group_names == ("TP group dp0-pp0", "TP group dp1-pp0", "TP group dp0-pp1",
+                               "TP group dp1-pp1")  # fmt: skip
+    busy = [cluster.gpu_id("node002", 0), cluster.gpu_id("node002", 1)]
+    assert (pic.gpu_group[busy] == -2).all() and (pic.gpu_group >= 0).sum() == 16
+    for e in plan.assignment:  # every worker of a TP group has that group's colour
+        group = pic.gpu_group[cluster.gpu_id(e.node, e.gpu)]
+        assert pic.group_names[group].endswith("-".join(plan.roles[e.worker].split("-")[1:]))
+    assert sum(pic.traffic_by_link.values()) == pytest.approx(float(workload.gb.sum()))
+    assert pic.cost_by_link == pytest.approx(dict(plan.cost_by_link))
+    # the pipeline crosses the leaf between node003 and node004: one arc, over the leaf
+    leaf_gb = round(pic.traffic_by_link["leaf"], 6)
+    assert [(a[5], round(a[4], 6)) for a in pic.arcs] == [("leaf", leaf_gb)]
+    assert [c[0] for c in pic.columns] == ["l0", "l1"]
+
+
+def test_groupings_by_choice_and_their_errors(default) -> None:
+    plan, cluster, workload = default
+    assert picture(plan, cluster, workload, color_by="pp").group_names == ("stage pp0", "stage pp1")
+    assert len(picture(plan, cluster, workload, color_by="dp").group_names) == 2
+    assert len(picture(plan, cluster, workload, color_by="worker").group_names) == 16
+    with pytest.raises(InputError, match="role 'tp0-dp0-pp0' has no ep rank"):
+        picture(plan, cluster, workload, color_by="ep")
+    with pytest.raises(InputError, match="--color-by 'rainbow': expected one of auto, tp"):
+        picture(plan, cluster, workload, color_by="rainbow")
+    with pytest.raises(InputError, match="has 64 workers; the plan places 16"):
+        picture(plan, cluster, tsched.load_workload("llama3-70b-tp8-pp4-dp2"))
+
+
+def test_a_serving_plan_is_coloured_by_replica() -> None:
+    cluster = tsched.load_cluster("dgx-h100-4node")
+    workload = tsched.load_workload("llama3-70b-serving-disagg")
+    plan = tsched.solve(tsched.PlacementProblem.build(cluster, workload), method="greedy").plan()
+    pic = picture(plan, cluster, workload)
+    assert pic.color_by == "replica"
+    assert pic.group_names == ("prefill0", "prefill1", "decode0")
+
+
+def test_explicit_traffic_without_roles_is_coloured_by_component() -> None:
+    cluster = tsched.load_cluster("dgx-h100-4node")
+    workload = tsched.load_workload(MODELS / "workloads/two-tp-groups.yaml")
+    plan = tsched.solve(tsched.PlacementProblem.build(cluster, workload), method="greedy").plan()
+    pic = picture(plan, cluster, workload)
+    assert pic.color_by == "component" and len(pic.group_names) >= 1
+    assert picture(plan, cluster, None).color_by == "worker"  # no workload: no traffic either
+    assert picture(plan, cluster, None).traffic_by_link == {}
+
+
+def test_svg_text_names_the_nodes_and_png_is_an_image(default, tmp_path) -> None:
+    plan, cluster, workload = default
+    svg = write_picture(plan, cluster, tmp_path / "plan.svg", workload).read_text()
+    texts = set(re.findall(r"<text[^>]*>([^<]+)<", svg))
+    assert {"node001", "node002", "node003", "node004", "l0 (s0)", "l1 (s0)"} <= texts
+    assert "TP group dp0-pp0" in texts and "llama3-8b-tp4-pp2-dp2 on dgx-h100-4node" in texts
+    png = write_picture(plan, cluster, tmp_path / "plan.png", workload).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.png", "plan.svg"]  # no temp left
+
+
+def test_html_is_self_contained_holds_the_plan_and_tooltips(default, tmp_path) -> None:
+    plan, cluster, workload = default
+    text = write_picture(plan, cluster, tmp_path / "plan.html", workload).read_text()
+    data = re.search(r'<script type="application/json" id="tsched-plan">(.*?)</script>', text, re.S)
+    assert data and json.loads(data.group(1)) == json.loads(plan.to_json())
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "<script src" not in text and "<link" not in text
+    titles = re.findall(r"<title>([^<]*)</title>", text)
+    worker0 = next(e for e in plan.assignment if e.worker == 0)
+    assert any(t.startswith(f"worker 0 (tp0-dp0-pp0) on {worker0.node} GPU {worker0.gpu}, "
+                            "TP group dp0-pp0; sends nvlink") for t in titles)  # fmt: skip
+    assert "node002 GPU 0: busy" in titles and "node001 GPU 0: free" in titles
+    assert len([t for t in titles if t.startswith(("worker ", "node0"))]) == cluster.n_gpus
+
+
+def test_sixteen_thousand_gpus_aggregate_to_nodes_and_stay_legible(tmp_path) -> None:
+    cluster = tsched.load_cluster(MODELS / "clusters/fabric-16384.yaml")
+    workload = tsched.load_workload(MODELS / "workloads/gpt3-175b-tp8-pp8-dp64.yaml")
+    n = workload.workers
+    plan = Plan("fabric-16384", workload.name, "feasible", None, None, None, "by-hand", 0.0, 0,
+                tuple(PlanEntry(w, cluster.nodes[w // 8].name, w % 8) for w in range(n)), {},
+                roles=workload.roles)  # fmt: skip
+    pic = picture(plan, cluster, workload)
+    assert cluster.n_gpus > AGGREGATE_GPUS and pic.aggregated
+    assert pic.color_by == "pp" and len(pic.group_names) == 8  # 512 TP groups: too many colours
+    assert len(pic.nodes) == cluster.n_nodes and len(pic.columns) == 128
+    from tsched.show import AGGREGATE_ARCS, _column_labels
+
+    labels = _column_labels(pic)
+    assert len(labels) <= 40 and labels[0][2] == "spine0: leaf0 … leaf7"
+    assert len(pic.arcs) <= AGGREGATE_ARCS
+    assert pic.width / pic.height > 1.2  # landscape
+    path = write_picture(plan, cluster, tmp_path / "big.png", workload)
+    assert path.stat().st_size > 50_000
+
+
+def test_cli_show_and_solve_picture(default, tmp_path, capsys) -> None:
+    plan, cluster, workload = default
+    write_plan(plan, tmp_path / "plan.json")
+    assert main(["show", str(tmp_path / "plan.json"), "-o", str(tmp_path / "p.svg")]) == 0
+    assert "node003" in (tmp_path / "p.svg").read_text()
+    code = main(["show", str(tmp_path / "plan.json"), "-o", str(tmp_path / "p.pdf")])
+    err = capsys.readouterr().err
+    assert code == 2 and "p.pdf: expected a file ending in .png, .svg, .html" in err
+    assert not (tmp_path / "p.pdf").exists()
+    custom = Plan("my-cluster", "w", plan.status, plan.objective, plan.bound, plan.gap,
+                  plan.method, 0.0, 0, plan.assignment, plan.cost_by_link)  # fmt: skip
+    write_plan(custom, tmp_path / "custom.json")
+    code = main(["show", str(tmp_path / "custom.json"), "-o", str(tmp_path / "c.png")])
+    err = capsys.readouterr().err
+    assert (
+        code == 2 and "cluster 'my-cluster' is not a preset; give its model with --cluster" in err
+    )
+    assert main(["show", str(tmp_path / "custom.json"), "--cluster", "dgx-h100-4node",
+                 "-o", str(tmp_path / "c.html")]) == 0  # fmt: skip
+    assert "traffic not drawn" in capsys.readouterr().err
+    code = main(["solve", "--method", "greedy", "--quiet", "--picture", str(tmp_path / "s.html")])
+    assert code == 0 and "tsched-plan" in (tmp_path / "s.html").read_text()
+    assert np.isfinite(plan.objective)

@@ -1,0 +1,629 @@
+"""Pictures of plans: the cluster's hierarchy with every GPU coloured by its worker group, busy
+GPUs greyed, the traffic between nodes drawn by weight, and the plan's traffic and cost by link
+class beside it. PNG and SVG through matplotlib; HTML as one self-contained file whose GPUs say,
+on hover, which worker runs there and what it sends.
+
+The drawing: one *column* per domain of the cluster's nearest network level (a leaf, or an NVL
+domain when that is the nearest level), its nodes stacked in it, each node a row of GPU squares.
+Columns are grouped under the next level (spine …) and wrapped into rows so the picture keeps a
+landscape shape. Past :data:`AGGREGATE_GPUS` GPUs a node is one square (coloured by the group
+holding most of its GPUs, greyed when all are busy), and past :data:`AGGREGATE_ARCS` node pairs
+the traffic arcs join columns instead of nodes; the title says so. Arcs are drawn for traffic
+between nodes only; traffic inside a node is in the bars.
+
+Worker groups come from the workload's roles (``tp0-dp1-pp0``, ``prefill0-tp2``): ``tp`` colours
+each TP group (workers that differ only in their TP rank), likewise ``cp`` and ``ep``; ``dp`` and
+``pp`` colour DP replicas and pipeline stages; ``replica`` colours serving replicas. Workloads
+without roles are coloured by the connected components of their traffic.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tsched.cluster import Cluster
+from tsched.errors import InputError
+from tsched.plan import Plan
+
+__all__ = [
+    "FORMATS",
+    "COLOR_BY",
+    "AGGREGATE_GPUS",
+    "AGGREGATE_ARCS",
+    "Picture",
+    "picture",
+    "write_picture",
+]
+
+FORMATS = (".png", ".svg", ".html")
+COLOR_BY = ("auto", "tp", "cp", "ep", "dp", "pp", "replica", "worker", "component")
+#: Above this many GPUs, nodes are drawn as one square each.
+AGGREGATE_GPUS = 2048
+#: Above this many node pairs with traffic, arcs join columns (leaves) instead of nodes.
+AGGREGATE_ARCS = 400
+_BUSY, _FREE = "#c8c8c8", "#ffffff"
+_SPLIT_DIMS = ("tp", "cp", "ep")  # a group is the workers that differ only in this rank
+
+
+@dataclass(frozen=True)
+class Picture:
+    """What every renderer draws (all positions in drawing units, y downwards)."""
+
+    title: str
+    subtitle: str
+    aggregated: bool
+    color_by: str
+    #: per node: (name, x, y, GPU squares per row, GPU count)
+    nodes: tuple[tuple[str, float, float, int, int], ...]
+    #: per column: (label, x, y, width, height, group label of the next level or "")
+    columns: tuple[tuple[str, float, float, float, float, str], ...]
+    #: per global GPU: group index (-1 free, -2 busy) and worker (-1 none)
+    gpu_group: np.ndarray
+    gpu_worker: np.ndarray
+    group_names: tuple[str, ...]
+    #: traffic arcs: (x0, y0, x1, y1, GB per iteration, link class)
+    arcs: tuple[tuple[float, float, float, float, float, str], ...]
+    traffic_by_link: dict[str, float]
+    cost_by_link: dict[str, float]
+    worker_text: tuple[str, ...]
+    #: the cluster's link classes, nearest first (fixes each class's colour)
+    links: tuple[str, ...]
+    width: float
+    height: float
+
+    def link_colors(self) -> dict[str, str]:
+        palette = ("#2ca02c", "#1f77b4", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#7f7f7f")
+        return {name: palette[k % len(palette)] for k, name in enumerate(self.links)}
+
+
+#: The most groups the automatic choice wants to tell apart by colour.
+_DISTINCT = 20
+
+
+def _auto_grouping(roles: Sequence[str]) -> str:
+    """Serving replicas for serving plans; else the TP group when there are few enough to
+    tell apart, otherwise the finest grouping with at most :data:`_DISTINCT` groups (pipeline
+    stages of a large job), else the coarsest one."""
+    first = roles[0].split("-")[0].rstrip("0123456789")
+    if first not in (*_SPLIT_DIMS, "dp", "pp"):
+        return "replica"
+    dims = [d for d in ("tp", "ep", "cp", "pp", "dp")
+            if any(t.rstrip("0123456789") == d for t in roles[0].split("-"))]  # fmt: skip
+    counts = {}
+    for dim in dims:
+        tokens = [r.split("-") for r in roles]
+        if dim in _SPLIT_DIMS:
+            keys = {"-".join(t for t in ts if t.rstrip("0123456789") != dim) for ts in tokens}
+        else:
+            keys = {next(t for t in ts if t.rstrip("0123456789") == dim) for ts in tokens}
+        counts[dim] = len(keys)
+    if not counts:
+        return "worker"
+    few = [d for d in dims if 1 < counts[d] <= _DISTINCT]
+    if few:
+        return max(few, key=lambda d: counts[d])
+    return min(dims, key=lambda d: counts[d])
+
+
+def _groups(plan: Plan, workload: Any | None, color_by: str) -> tuple[np.ndarray, list[str], str]:
+    """Group index per worker, group names, and the grouping actually used."""
+    n = len(plan.assignment)
+    roles = plan.roles or (workload.roles if workload is not None else None)
+    if color_by == "auto":
+        if roles:
+            color_by = _auto_grouping(roles)
+        else:
+            color_by = "component" if workload is not None else "worker"
+    if color_by == "worker":
+        return np.arange(n), [f"worker {i}" for i in range(n)], color_by
+    if color_by == "component":
+        if workload is None:
+            raise InputError("--color-by component needs the workload (--workload)")
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        graph = coo_matrix((np.ones(len(workload.src)), (workload.src, workload.dst)), (n, n))
+        _, labels = connected_components(graph, directed=False)
+        return labels, [f"component {k}" for k in range(int(labels.max()) + 1)], color_by
+    if not roles:
+        raise InputError(
+            f"--color-by {color_by}: the plan's workers have no roles (a layout or "
+            "serving workload has them); use worker or component"
+        )
+    keys = []
+    for role in roles:
+        tokens = role.split("-")
+        if color_by == "replica":
+            key = tokens[0]
+        elif color_by in _SPLIT_DIMS:
+            rest = [t for t in tokens if t.rstrip("0123456789") != color_by]
+            key = ("-".join(rest) or "all") if len(rest) < len(tokens) else ""
+        else:
+            key = next((t for t in tokens if t.rstrip("0123456789") == color_by), "")
+        if not key:
+            raise InputError(f"--color-by {color_by}: role {role!r} has no {color_by} rank")
+        keys.append(key)
+    names = list(dict.fromkeys(keys))
+    index = {k: i for i, k in enumerate(names)}
+    prefix = {
+        "tp": "TP group ",
+        "cp": "CP group ",
+        "ep": "EP group ",
+        "dp": "DP replica ",
+        "pp": "stage ",
+        "replica": "",
+    }[color_by]
+    return np.array([index[k] for k in keys]), [prefix + k for k in names], color_by
+
+
+def _layout(cluster: Cluster, aggregated: bool, gap: float) -> tuple[list, list, float, float]:
+    """Node and column positions: columns by the nearest level, grouped by the next one,
+    wrapped into rows of a landscape shape."""
+    level = cluster.levels[0] if cluster.levels else None
+    columns: dict[str, list[int]] = {}
+    parent: dict[str, str] = {}
+    for i, node in enumerate(cluster.nodes):
+        key = node.at.get(level, "") if level else ""
+        columns.setdefault(key, []).append(i)
+        if len(cluster.levels) > 1:
+            parent[key] = node.at.get(cluster.levels[1], "")
+    per_row = [1 if aggregated else min(int(g), 8) for g in cluster.gpus_per_node]
+    rows_of = [1 if aggregated else -(-int(g) // 8) for g in cluster.gpus_per_node]
+    sizes = []
+    for key, members in columns.items():
+        width = max(per_row[i] for i in members)
+        height = sum(rows_of[i] + (0.0 if aggregated else 0.6) for i in members)
+        sizes.append((key, members, width, height))
+    area = sum((w + gap) * (h + 1.5) for _, _, w, h in sizes)
+    target = max(max(w for _, _, w, _ in sizes) + gap, (area * 4.0) ** 0.5)
+    nodes, cols = [], []
+    x = y = row_height = 0.0
+    group_width: dict[str, float] = {}
+    for key, _, width, _ in sizes:
+        group_width[parent.get(key, "")] = group_width.get(parent.get(key, ""), 0.0) + width + gap
+    previous = None
+    for key, members, width, height in sizes:
+        group = parent.get(key, "")
+        starts = group != previous and group_width[group] <= target  # keep a group on one row
+        if x > 0 and (x + width > target or (starts and x + group_width[group] - gap > target)):
+            x, y, row_height = 0.0, y + row_height + 2.0, 0.0
+        previous = group
+        ny = y + 1.0
+        for i in members:
+            nodes.append((cluster.nodes[i].name, x, ny, per_row[i], int(cluster.gpus_per_node[i])))
+            ny += rows_of[i] + (0.0 if aggregated else 0.6)
+        cols.append((key or cluster.name, x, y, float(width), height + 1.0, parent.get(key, "")))
+        row_height = max(row_height, height + 1.0)
+        x += width + gap
+    width = max(c[1] + c[3] for c in cols)
+    return nodes, cols, width, y + row_height
+
+
+def picture(
+    plan: Plan,
+    cluster: Cluster,
+    workload: Any | None = None,
+    *,
+    color_by: str = "auto",
+) -> Picture:
+    """The drawing of ``plan`` on ``cluster`` (traffic arcs and bars need ``workload``).
+
+    Examples
+    --------
+    >>> import tsched
+    >>> cluster, workload = tsched.load_cluster("dgx-h100-4node"), tsched.load_workload(
+    ...     "llama3-8b-tp4-pp2-dp2")
+    >>> result = tsched.solve(tsched.PlacementProblem.build(cluster, workload), method="greedy")
+    >>> pic = picture(result.plan(), cluster, workload)
+    >>> pic.color_by, len(pic.group_names), sorted(pic.traffic_by_link)
+    ('tp', 4, ['leaf', 'nvlink'])
+    """
+    if color_by not in COLOR_BY:
+        raise InputError(f"--color-by {color_by!r}: expected one of {', '.join(COLOR_BY)}")
+    if workload is not None and workload.workers != len(plan.assignment):
+        raise InputError(
+            f"workload {workload.name!r} has {workload.workers} workers; the plan "
+            f"places {len(plan.assignment)}"
+        )
+    group_of, names, used = _groups(plan, workload, color_by)
+    n_workers = len(plan.assignment)
+    gpu_of = np.empty(n_workers, dtype=np.int64)
+    for e in plan.assignment:
+        try:
+            gpu_of[e.worker] = cluster.gpu_id(e.node, e.gpu)
+        except InputError as exc:
+            raise InputError(f"plan does not fit cluster {cluster.name!r}: {exc}") from None
+    gpu_group = np.where(cluster.busy_mask, -2, -1).astype(np.int64)
+    gpu_worker = np.full(cluster.n_gpus, -1, dtype=np.int64)
+    gpu_group[gpu_of] = group_of
+    gpu_worker[gpu_of] = np.arange(n_workers)
+    aggregated = cluster.n_gpus > AGGREGATE_GPUS
+    nodes, cols, width, height = _layout(cluster, aggregated, 1.5 if _labels(cluster) else 4.0)
+    traffic: dict[str, float] = {}
+    arcs: list[tuple[float, float, float, float, float, str]] = []
+    sent = np.zeros((n_workers, len(cluster.link_names)))
+    if workload is not None and len(workload.src):
+        a, b = gpu_of[workload.src], gpu_of[workload.dst]
+        link = cluster.pair_link_index(a, b)
+        for k, name in enumerate(cluster.link_names):
+            mask = link == k
+            if mask.any():
+                traffic[name] = float(workload.gb[mask].sum())
+                np.add.at(sent[:, k], workload.src[mask], workload.gb[mask])
+        arcs = _arcs(cluster, nodes, cols, a, b, link, workload.gb)
+    worker_text = tuple(
+        f"worker {w}{' (' + plan.roles[w] + ')' if plan.roles else ''} on "
+        f"{e.node} GPU {e.gpu}, {names[group_of[w]]}"
+        + (
+            "; sends "
+            + ", ".join(
+                f"{cluster.link_names[k]} {sent[w, k]:.3g} GB" for k in np.flatnonzero(sent[w])
+            )
+            if sent[w].any()
+            else ""
+        )
+        + " per iteration"
+        for w, e in sorted(((e.worker, e) for e in plan.assignment), key=lambda t: t[0])
+    )
+    gap = "" if plan.gap is None else f", gap {100 * plan.gap:.2f}%"
+    objective = "" if plan.objective is None else f"{plan.objective:.4g} s/iteration"
+    subtitle = (
+        f"{plan.status}, {objective}{gap}, {plan.method}; {n_workers} workers on "
+        f"{cluster.n_gpus:,} GPUs ({int(cluster.free_mask().sum()):,} free); colour: {used}"
+        + ("; one square per node" if aggregated else "")
+    )
+    return Picture(
+        title=f"{plan.workload} on {cluster.name}",
+        subtitle=subtitle,
+        aggregated=aggregated,
+        color_by=used,
+        nodes=tuple(nodes),
+        columns=tuple(cols),
+        gpu_group=gpu_group,
+        gpu_worker=gpu_worker,
+        group_names=tuple(names),
+        arcs=tuple(arcs),
+        traffic_by_link=traffic,
+        cost_by_link={k: float(v) for k, v in plan.cost_by_link.items()},
+        worker_text=worker_text,
+        links=tuple(cluster.link_names),
+        width=width,
+        height=height,
+    )
+
+
+def _labels(cluster: Cluster) -> bool:
+    """Whether nodes are drawn without their names (past 64 nodes, or aggregated)."""
+    return cluster.n_gpus > AGGREGATE_GPUS or cluster.n_nodes > 64
+
+
+def _arcs(cluster, nodes, cols, a, b, link, gb) -> list:
+    """Traffic between nodes summed per unordered node pair (or column pair past
+    :data:`AGGREGATE_ARCS`), heaviest first, with the link class that joins them."""
+    na, nb = cluster.gpu_node[a], cluster.gpu_node[b]
+    between = na != nb
+    if not between.any():
+        return []
+    lo, hi = np.minimum(na, nb)[between], np.maximum(na, nb)[between]
+    weight, links = gb[between], link[between]
+    pairs, inverse = np.unique(lo * cluster.n_nodes + hi, return_inverse=True)
+    sums = np.bincount(inverse, weights=weight)
+    pair_link = np.zeros(len(pairs), dtype=np.int64)
+    pair_link[inverse] = links
+    centre = {name: (x + per_row / 2, y + 0.5) for name, x, y, per_row, _ in nodes}
+    if len(pairs) > AGGREGATE_ARCS and cluster.levels:
+        column = {key: i for i, key in enumerate(c[0] for c in cols)}
+        col_of = np.array([column.get(n.at.get(cluster.levels[0], ""), 0) for n in cluster.nodes])
+        ca, cb = col_of[pairs // cluster.n_nodes], col_of[pairs % cluster.n_nodes]
+        keep = ca != cb
+        key = np.minimum(ca, cb)[keep] * len(cols) + np.maximum(ca, cb)[keep]
+        uniq, inv = np.unique(key, return_inverse=True)
+        col_sums = np.bincount(inv, weights=sums[keep])
+        col_link = np.zeros(len(uniq), dtype=np.int64)
+        col_link[inv] = pair_link[keep]
+        mid = [(c[1] + c[3] / 2, c[2] + c[4] / 2) for c in cols]
+        out = [
+            (*mid[k // len(cols)], *mid[k % len(cols)], float(s), cluster.link_names[lk])
+            for k, s, lk in zip(uniq, col_sums, col_link)
+        ]
+    else:
+        names = [n.name for n in cluster.nodes]
+        out = [
+            (
+                *centre[names[p // cluster.n_nodes]],
+                *centre[names[p % cluster.n_nodes]],
+                float(s),
+                cluster.link_names[lk],
+            )
+            for p, s, lk in zip(pairs, sums, pair_link)
+        ]
+    out.sort(key=lambda t: -t[4])
+    return out[:AGGREGATE_ARCS]
+
+
+def _column_labels(pic: Picture) -> list[tuple[float, float, str]]:
+    """(x, y, text) of the column headings: each column's name and its group at the next level,
+    or past 32 columns one heading per group (``spine3: leaf24 … leaf31``) or every k-th column."""
+    cols = pic.columns
+    if len(cols) <= 32:
+        return [(x + w / 2, y, label + (f" ({parent})" if parent else ""))
+                for label, x, y, w, _, parent in cols]  # fmt: skip
+    if any(c[5] for c in cols):
+        runs: dict[tuple[str, float], list] = {}
+        for col in cols:  # a group that wraps to the next row gets a heading there too
+            runs.setdefault((col[5], col[2]), []).append(col)
+        return [
+            (members[0][1], y, f"{parent}: {members[0][0]}"
+             + (f" … {members[-1][0]}" if len(members) > 1 else ""))
+            for (parent, y), members in runs.items()
+        ]  # fmt: skip
+    step = -(-len(cols) // 32)
+    return [(x + w / 2, y, label) for label, x, y, w, _, _ in cols[::step]]
+
+
+def _colors(count: int) -> list[str]:
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    cmap = colormaps["tab20" if count <= 20 else "turbo"]
+    if count <= 20:
+        return [to_hex(cmap(i)) for i in range(count)]
+    return [to_hex(cmap(0.05 + 0.9 * i / max(count - 1, 1))) for i in range(count)]
+
+
+def _gpu_cells(pic: Picture) -> list[tuple[str, float, float, int, int]]:
+    """(node, x, y, first global GPU, GPUs) per drawn square: one per GPU, or one per node when
+    aggregated (coloured by the group that holds most of its GPUs)."""
+    cells = []
+    gpu = 0
+    for name, x, y, per_row, count in pic.nodes:
+        if pic.aggregated:
+            cells.append((name, x, y, gpu, count))
+        else:
+            cells.extend(
+                (name, x + k % per_row, y + k // per_row, gpu + k, 1) for k in range(count)
+            )
+        gpu += count
+    return cells
+
+
+def _node_group(pic: Picture, first: int, count: int) -> int:
+    groups = pic.gpu_group[first : first + count]
+    placed = groups[groups >= 0]
+    if len(placed):
+        return int(np.bincount(placed).argmax())
+    return -2 if (groups == -2).all() else -1
+
+
+def _fill(pic: Picture, colors: Sequence[str], gpu: int, count: int) -> str:
+    group = _node_group(pic, gpu, count) if pic.aggregated else int(pic.gpu_group[gpu])
+    return _BUSY if group == -2 else _FREE if group == -1 else colors[group]
+
+
+def _draw(pic: Picture, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    colors = _colors(len(pic.group_names))
+    link_colors = pic.link_colors()
+    scale = min(0.22, 14.0 / max(pic.width, 1.0))
+    fig_w = max(8.0, pic.width * scale + 4.5)
+    fig_h = max(4.5, pic.height * scale * 1.0 + 2.2)
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    ax = fig.add_axes((0.02, 0.08, (fig_w - 4.2) / fig_w, 0.78))
+    label_nodes = not pic.aggregated and len(pic.nodes) <= 64
+    if label_nodes:
+        for name, x, y, _, _ in pic.nodes:
+            ax.text(x - 0.15, y + 0.45, name, ha="right", va="center", fontsize=6)
+    for _, x, y, g, count in _gpu_cells(pic):
+        ax.add_patch(
+            Rectangle(
+                (x, y),
+                0.9,
+                0.9,
+                facecolor=_fill(pic, colors, g, count),
+                edgecolor="#555555",
+                linewidth=0.3,
+            )
+        )
+    for _, x, y, w, h, _ in pic.columns:
+        ax.add_patch(
+            Rectangle(
+                (x - 0.3, y + 0.5),
+                w + 0.6,
+                h - 0.3,
+                fill=False,
+                edgecolor="#999999",
+                linewidth=0.6,
+                linestyle="--",
+            )
+        )
+    many = len(pic.columns) > 32
+    for x, y, text in _column_labels(pic):
+        ax.text(x, y + 0.35, text, ha="left" if many else "center", va="bottom", fontsize=6)
+    if pic.arcs:
+        top = max(a[4] for a in pic.arcs)
+        for x0, y0, x1, y1, gb, link in reversed(pic.arcs):
+            ax.add_patch(
+                FancyArrowPatch(
+                    (x0, y0),
+                    (x1, y1),
+                    connectionstyle="arc3,rad=0.25",
+                    arrowstyle="-",
+                    linewidth=0.4 + 3.6 * (gb / top) ** 0.5,
+                    color=link_colors.get(link, "#333333"),
+                    alpha=0.55,
+                )
+            )
+    ax.set_xlim(-3.5 if label_nodes else -1, pic.width + 1)
+    ax.set_ylim(pic.height + 0.5, -0.5)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.suptitle(pic.title, fontsize=11, x=0.02, ha="left")
+    fig.text(0.02, 0.90, pic.subtitle, fontsize=8, ha="left")
+    shown = list(enumerate(pic.group_names))[:16]
+    handles = [Rectangle((0, 0), 1, 1, facecolor=colors[i]) for i, _ in shown]
+    labels = [name for _, name in shown]
+    if len(pic.group_names) > 16:
+        handles.append(Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="none"))
+        labels.append(f"… {len(pic.group_names) - 16} more groups")
+    handles += [
+        Rectangle((0, 0), 1, 1, facecolor=_BUSY),
+        Rectangle((0, 0), 1, 1, facecolor=_FREE, edgecolor="#555555"),
+    ]
+    labels += ["busy", "free"]
+    fig.legend(
+        handles,
+        labels,
+        loc="lower left",
+        ncol=min(6, len(labels)),
+        fontsize=7,
+        frameon=False,
+        bbox_to_anchor=(0.02, 0.0),
+    )
+    links = [k for k in pic.cost_by_link if pic.cost_by_link[k] > 0 or k in pic.traffic_by_link]
+    if links:
+        bx = fig.add_axes(((fig_w - 3.4) / fig_w, 0.55, 2.9 / fig_w, 0.3))
+        bx.barh(
+            links,
+            [pic.traffic_by_link.get(k, 0.0) for k in links],
+            color=[link_colors.get(k, "#777777") for k in links],
+        )
+        bx.set_title("traffic, GB per iteration", fontsize=8)
+        for bars in (bx.containers[0],):
+            bx.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
+        bx.tick_params(labelsize=7)
+        cx = fig.add_axes(((fig_w - 3.4) / fig_w, 0.12, 2.9 / fig_w, 0.3))
+        cx.barh(
+            links,
+            [pic.cost_by_link.get(k, 0.0) for k in links],
+            color=[link_colors.get(k, "#777777") for k in links],
+        )
+        cx.set_title("cost, s per iteration", fontsize=8)
+        cx.bar_label(cx.containers[0], fmt="%.3g", fontsize=7, padding=2)
+        cx.tick_params(labelsize=7)
+    from tsched._io import save_figure
+
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in SVG
+        save_figure(fig, path, dpi=130)
+
+
+def _html(pic: Picture, plan: Plan) -> str:
+    """One self-contained page: an inline SVG whose every GPU square has a tooltip (worker,
+    GPU, traffic), the bars as a table, and the plan itself as JSON."""
+    colors = _colors(len(pic.group_names))
+    unit = max(6.0, min(18.0, 1400.0 / max(pic.width, 1.0)))
+    label_nodes = not pic.aggregated and len(pic.nodes) <= 64
+    left = 70.0 if label_nodes else 10.0
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + (pic.width + 1) * unit:.0f}" '
+        f'height="{(pic.height + 1) * unit:.0f}" font-family="sans-serif">'
+    ]
+
+    def px(v: float, offset: float = 0.0) -> str:
+        return f"{offset + v * unit:.1f}"
+
+    for _, x, y, w, h, _ in pic.columns:
+        parts.append(
+            f'<rect x="{px(x - 0.3, left)}" y="{px(y + 0.5)}" width="{px(w + 0.6)}" '
+            f'height="{px(h - 0.3)}" fill="none" stroke="#999" stroke-dasharray="4 3"/>'
+        )
+    anchor = "start" if len(pic.columns) > 32 else "middle"
+    for x, y, text in _column_labels(pic):
+        parts.append(
+            f'<text x="{px(x, left)}" y="{px(y + 0.4)}" font-size="{max(unit * 0.6, 9):.0f}" '
+            f'text-anchor="{anchor}">{html.escape(text)}</text>'
+        )
+    if label_nodes:
+        for name, x, y, _, _ in pic.nodes:
+            parts.append(
+                f'<text x="{px(x - 0.2, left)}" y="{px(y + 0.7)}" '
+                f'font-size="{unit * 0.6:.0f}" text-anchor="end">{html.escape(name)}</text>'
+            )
+    first = dict(zip([n[0] for n in pic.nodes], np.cumsum([0] + [n[4] for n in pic.nodes])))
+    for name, cx, cy, g, size in _gpu_cells(pic):
+        worker = int(pic.gpu_worker[g])
+        if pic.aggregated:
+            used = int((pic.gpu_worker[g : g + size] >= 0).sum())
+            tip = f"{name}: {used} of {size} GPUs used by the plan"
+        elif worker >= 0:
+            tip = pic.worker_text[worker]
+        else:
+            local = g - int(first[name])
+            tip = f"{name} GPU {local}: {'busy' if pic.gpu_group[g] == -2 else 'free'}"
+        parts.append(
+            f'<rect class="gpu" x="{px(cx, left)}" y="{px(cy)}" width="{unit * 0.9:.1f}" '
+            f'height="{unit * 0.9:.1f}" fill="{_fill(pic, colors, g, size)}" stroke="#555" '
+            f'stroke-width="0.5" data-worker="{worker}"><title>{html.escape(tip)}</title></rect>'
+        )
+    if pic.arcs:
+        top = max(a[4] for a in pic.arcs)
+        for x0, y0, x1, y1, gb, link in pic.arcs:
+            mx, my = (x0 + x1) / 2 + (y1 - y0) * 0.25, (y0 + y1) / 2 - (x1 - x0) * 0.25
+            parts.append(
+                f'<path d="M{px(x0, left)},{px(y0)} Q{px(mx, left)},{px(my)} '
+                f'{px(x1, left)},{px(y1)}" '
+                f'fill="none" stroke="{pic.link_colors().get(link, "#333")}" stroke-opacity="0.5" '
+                f'stroke-width="{0.5 + 5 * (gb / top) ** 0.5:.2f}"><title>{gb:.4g} GB per '
+                f"iteration over {html.escape(link)}</title></path>"
+            )
+    parts.append("</svg>")
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{pic.traffic_by_link.get(k, 0.0):.4g}</td>"
+        f"<td>{pic.cost_by_link.get(k, 0.0):.4g}</td></tr>"
+        for k in dict.fromkeys([*pic.traffic_by_link, *pic.cost_by_link])
+    )
+    legend = "".join(
+        f'<span class="key"><i style="background:{c}"></i>{html.escape(n)}</span>'
+        for c, n in zip(colors, pic.group_names)
+    )
+    data = json.dumps(plan.to_dict()).replace("</", "<\\/")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(pic.title)}</title>
+<style>body{{font-family:sans-serif;margin:1em}} .key{{margin-right:1em;white-space:nowrap}}
+.key i{{display:inline-block;width:.9em;height:.9em;margin-right:.3em;border:1px solid #555}}
+table{{border-collapse:collapse}} td,th{{padding:.2em .8em;border-bottom:1px solid #ddd}}
+rect.gpu:hover{{stroke:#000;stroke-width:2}}</style></head>
+<body><h2>{html.escape(pic.title)}</h2><p>{html.escape(pic.subtitle)}</p>
+<p>{legend}<span class="key"><i style="background:{_BUSY}"></i>busy</span>
+<span class="key"><i style="background:{_FREE}"></i>free</span></p>
+{"".join(parts)}
+<h3>By link class</h3><table><tr><th>link</th><th>GB per iteration</th><th>s per iteration</th></tr>
+{rows}</table>
+<p>Hover a GPU for its worker and what it sends; arcs join nodes (or leaves) by traffic.</p>
+<script type="application/json" id="tsched-plan">{data}</script>
+</body></html>
+"""
+
+
+def write_picture(
+    plan: Plan,
+    cluster: Cluster,
+    path: str | os.PathLike[str],
+    workload: Any | None = None,
+    *,
+    color_by: str = "auto",
+) -> Path:
+    """Draw ``plan`` to ``path`` (``.png``, ``.svg`` or ``.html``, written atomically)."""
+    target = Path(path)
+    if target.suffix.lower() not in FORMATS:
+        raise InputError(f"{target}: expected a file ending in {', '.join(FORMATS)}")
+    pic = picture(plan, cluster, workload, color_by=color_by)
+    if target.suffix.lower() == ".html":
+        from tsched._io import atomic_write_text
+
+        atomic_write_text(target, _html(pic, plan))
+    else:
+        _draw(pic, target)
+    return target
