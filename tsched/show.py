@@ -80,7 +80,7 @@ class Picture:
     height: float
 
     def link_colors(self) -> dict[str, str]:
-        palette = ("#2ca02c", "#1f77b4", "#9467bd", "#d62728", "#8c564b", "#e377c2", "#7f7f7f")
+        palette = ("#4d4d4d", "#b2182b", "#2166ac", "#1b7837", "#762a83", "#8c510a", "#01665e")
         return {name: palette[k % len(palette)] for k, name in enumerate(self.links)}
 
 
