@@ -60,6 +60,8 @@ class Picture:
     title: str
     subtitle: str
     aggregated: bool
+    #: whether nodes are named (up to 64 nodes, not aggregated)
+    labelled: bool
     color_by: str
     #: per node: (name, x, y, GPU squares per row, GPU count)
     nodes: tuple[tuple[str, float, float, int, int], ...]
@@ -164,7 +166,9 @@ def _groups(plan: Plan, workload: Any | None, color_by: str) -> tuple[np.ndarray
     return np.array([index[k] for k in keys]), [prefix + k for k in names], color_by
 
 
-def _layout(cluster: Cluster, aggregated: bool, gap: float) -> tuple[list, list, float, float]:
+def _layout(
+    cluster: Cluster, aggregated: bool, gap: float
+) -> tuple[list, list, np.ndarray, float, float]:
     """Node and column positions: columns by the nearest level, grouped by the next one,
     wrapped into rows of a landscape shape."""
     level = cluster.levels[0] if cluster.levels else None
@@ -185,6 +189,7 @@ def _layout(cluster: Cluster, aggregated: bool, gap: float) -> tuple[list, list,
     area = sum((w + gap) * (h + 1.5) for _, _, w, h in sizes)
     target = max(max(w for _, _, w, _ in sizes) + gap, (area * 4.0) ** 0.5)
     nodes, cols = [], []
+    node_column = np.zeros(cluster.n_nodes, dtype=np.int64)
     x = y = row_height = 0.0
     group_width: dict[str, float] = {}
     for key, _, width, _ in sizes:
@@ -198,13 +203,14 @@ def _layout(cluster: Cluster, aggregated: bool, gap: float) -> tuple[list, list,
         previous = group
         ny = y + 1.0
         for i in members:
+            node_column[i] = len(cols)
             nodes.append((cluster.nodes[i].name, x, ny, per_row[i], int(cluster.gpus_per_node[i])))
             ny += rows_of[i] + (0.0 if aggregated else 0.6)
         cols.append((key or cluster.name, x, y, float(width), height + 1.0, parent.get(key, "")))
         row_height = max(row_height, height + 1.0)
         x += width + gap
     width = max(c[1] + c[3] for c in cols)
-    return nodes, cols, width, y + row_height
+    return nodes, cols, node_column, width, y + row_height
 
 
 def picture(
@@ -246,7 +252,8 @@ def picture(
     gpu_group[gpu_of] = group_of
     gpu_worker[gpu_of] = np.arange(n_workers)
     aggregated = cluster.n_gpus > AGGREGATE_GPUS
-    nodes, cols, width, height = _layout(cluster, aggregated, 1.5 if _labels(cluster) else 4.0)
+    labelled = not aggregated and cluster.n_nodes <= 64
+    nodes, cols, node_column, width, height = _layout(cluster, aggregated, 4.0 if labelled else 1.5)
     traffic: dict[str, float] = {}
     arcs: list[tuple[float, float, float, float, float, str]] = []
     sent = np.zeros((n_workers, len(cluster.link_names)))
@@ -258,7 +265,7 @@ def picture(
             if mask.any():
                 traffic[name] = float(workload.gb[mask].sum())
                 np.add.at(sent[:, k], workload.src[mask], workload.gb[mask])
-        arcs = _arcs(cluster, nodes, cols, a, b, link, workload.gb)
+        arcs = _arcs(cluster, nodes, cols, node_column, a, b, link, workload.gb)
     worker_text = tuple(
         f"worker {w}{' (' + plan.roles[w] + ')' if plan.roles else ''} on "
         f"{e.node} GPU {e.gpu}, {names[group_of[w]]}"
@@ -284,6 +291,7 @@ def picture(
         title=f"{plan.workload} on {cluster.name}",
         subtitle=subtitle,
         aggregated=aggregated,
+        labelled=labelled,
         color_by=used,
         nodes=tuple(nodes),
         columns=tuple(cols),
@@ -300,12 +308,7 @@ def picture(
     )
 
 
-def _labels(cluster: Cluster) -> bool:
-    """Whether nodes are drawn without their names (past 64 nodes, or aggregated)."""
-    return cluster.n_gpus > AGGREGATE_GPUS or cluster.n_nodes > 64
-
-
-def _arcs(cluster, nodes, cols, a, b, link, gb) -> list:
+def _arcs(cluster, nodes, cols, node_column, a, b, link, gb) -> list:
     """Traffic between nodes summed per unordered node pair (or column pair past
     :data:`AGGREGATE_ARCS`), heaviest first, with the link class that joins them."""
     na, nb = cluster.gpu_node[a], cluster.gpu_node[b]
@@ -320,9 +323,7 @@ def _arcs(cluster, nodes, cols, a, b, link, gb) -> list:
     pair_link[inverse] = links
     centre = {name: (x + per_row / 2, y + 0.5) for name, x, y, per_row, _ in nodes}
     if len(pairs) > AGGREGATE_ARCS and cluster.levels:
-        column = {key: i for i, key in enumerate(c[0] for c in cols)}
-        col_of = np.array([column.get(n.at.get(cluster.levels[0], ""), 0) for n in cluster.nodes])
-        ca, cb = col_of[pairs // cluster.n_nodes], col_of[pairs % cluster.n_nodes]
+        ca, cb = node_column[pairs // cluster.n_nodes], node_column[pairs % cluster.n_nodes]
         keep = ca != cb
         key = np.minimum(ca, cb)[keep] * len(cols) + np.maximum(ca, cb)[keep]
         uniq, inv = np.unique(key, return_inverse=True)
@@ -422,7 +423,7 @@ def _draw(pic: Picture, path: Path) -> None:
     fig_h = max(4.5, pic.height * scale * 1.0 + 2.2)
     fig = plt.figure(figsize=(fig_w, fig_h))
     ax = fig.add_axes((0.02, 0.08, (fig_w - 4.2) / fig_w, 0.78))
-    label_nodes = not pic.aggregated and len(pic.nodes) <= 64
+    label_nodes = pic.labelled
     if label_nodes:
         for name, x, y, _, _ in pic.nodes:
             ax.text(x - 0.15, y + 0.45, name, ha="right", va="center", fontsize=6)
@@ -524,7 +525,7 @@ def _html(pic: Picture, plan: Plan) -> str:
     GPU, traffic), the bars as a table, and the plan itself as JSON."""
     colors = _colors(len(pic.group_names))
     unit = max(6.0, min(18.0, 1400.0 / max(pic.width, 1.0)))
-    label_nodes = not pic.aggregated and len(pic.nodes) <= 64
+    label_nodes = pic.labelled
     left = 70.0 if label_nodes else 10.0
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + (pic.width + 1) * unit:.0f}" '
@@ -569,12 +570,13 @@ def _html(pic: Picture, plan: Plan) -> str:
         )
     if pic.arcs:
         top = max(a[4] for a in pic.arcs)
+        link_colors = pic.link_colors()
         for x0, y0, x1, y1, gb, link in pic.arcs:
             mx, my = (x0 + x1) / 2 + (y1 - y0) * 0.25, (y0 + y1) / 2 - (x1 - x0) * 0.25
             parts.append(
                 f'<path d="M{px(x0, left)},{px(y0)} Q{px(mx, left)},{px(my)} '
                 f'{px(x1, left)},{px(y1)}" '
-                f'fill="none" stroke="{pic.link_colors().get(link, "#333")}" stroke-opacity="0.5" '
+                f'fill="none" stroke="{link_colors.get(link, "#333")}" stroke-opacity="0.5" '
                 f'stroke-width="{0.5 + 5 * (gb / top) ** 0.5:.2f}"><title>{gb:.4g} GB per '
                 f"iteration over {html.escape(link)}</title></path>"
             )

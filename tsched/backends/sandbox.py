@@ -225,19 +225,23 @@ def status() -> dict[str, Any] | None:
 
 def sandbox_processes(temp_dir: str, groups: Sequence[int] = ()) -> list[Any]:
     """Live (not zombie) processes of a sandbox: those whose command line names its Ray
-    folder, those in its ``ray start`` process groups, and all their descendants."""
+    folder, Ray's processes in its ``ray start`` process groups, and all their descendants."""
     import psutil
 
     found: dict[int, Any] = {}
     wanted = set(groups)
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "status"]):
         try:
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
             cmdline = proc.info["cmdline"] or []
-            if any(temp_dir in part for part in cmdline) or (
-                wanted and os.getpgid(proc.pid) in wanted
-            ):
+            named = bool(temp_dir) and any(temp_dir in part for part in cmdline)
+            # a group member counts only if it is Ray's: a group id can be reused once its
+            # members are gone, and nothing else must ever be stopped
+            ray_process = (proc.info["name"] or "").startswith("ray") or any(
+                "ray" in part for part in cmdline[:3]
+            )
+            if named or (ray_process and os.getpgid(proc.pid) in wanted):
                 found[proc.pid] = proc
                 for child in proc.children(recursive=True):
                     found[child.pid] = child
@@ -308,8 +312,8 @@ def down() -> dict[str, Any] | None:
     try:
         import ray
 
-        if ray.is_initialized():  # this process's own connection to it
-            ray.shutdown()
+        if ray.is_initialized() and ray.get_runtime_context().gcs_address == state["address"]:
+            ray.shutdown()  # this process's own connection to it
     except ImportError:
         pass
     temp_dir = str(state.get("temp_dir") or "")
