@@ -20,9 +20,8 @@ bundles that could not be placed), starts one task per worker with ``RANK``, ``W
 results in rank order. On any failure — a worker raises, a timeout, Ctrl-C — the remaining tasks
 are cancelled and the placement group is removed: nothing stays reserved.
 
-:func:`replay` runs a matched sequence of small jobs through Ray under several placement
-policies and writes the same JCT records (:mod:`tsched.compare.records`) a simulator writes, so
-executed and simulated runs can be put side by side.
+The replay of a matched job sequence through this executor lives with the live comparison
+(:func:`tsched.compare.live.replay`): backends import nothing above them.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from tsched.errors import ExecutorError, InputError
 from tsched.plan import Plan
@@ -53,8 +50,6 @@ __all__ = [
     "live_problems",
     "run",
     "WorkerResult",
-    "ReplayJob",
-    "replay",
     "report",
 ]
 
@@ -419,84 +414,3 @@ def report() -> dict[str, str]:
 
     keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
     return {"hostname": socket.gethostname(), **{k: os.environ.get(k, "") for k in keys}}
-
-
-# ---------------------------------------------------------------------- live comparison
-@dataclass(frozen=True)
-class ReplayJob:
-    """A small job of a matched sequence: when it arrives, its traffic, and how long it runs.
-
-    The job's workers sleep ``compute_s + iterations × objective`` seconds, the plan's
-    communication time stretched by ``iterations``: on simulated GPUs the run exercises the
-    reservation and timing path for real, while the placement effect comes from the model.
-    """
-
-    name: str
-    submit: float
-    workload: Any  # tsched.Workload
-    compute_s: float = 0.5
-    iterations: float = 1.0
-
-
-def replay(
-    jobs: list[ReplayJob],
-    policies: list[str],
-    cluster: Any,
-    *,
-    reservation_timeout: float = 60.0,
-    seed: int = 0,
-    seconds_of: Callable[[ReplayJob, np.ndarray], float] | None = None,
-) -> list[Any]:
-    """Run the same job sequence through Ray under each placement policy (a solver method:
-    ``auto``, ``pack``, ``random`` …), one job at a time in arrival order (FIFO), and return
-    :class:`~tsched.compare.records.JobRecord` rows with ``source="executed"``.
-
-    ``cluster`` is the model of the Ray cluster (its node names are the ``tsched.io/node``
-    labels). Times are measured from the start of each policy's replay. ``seconds_of(job,
-    gpus)`` (global GPU indices of the plan), when given, sets how long the job's workers run
-    instead of ``compute_s + iterations × objective``.
-    """
-    import sys
-
-    import tsched
-    from tsched.compare.records import JobRecord
-
-    records = []
-    order = sorted(jobs, key=lambda j: (j.submit, j.name))
-    for policy in policies:
-        t0 = time.monotonic()
-        for job in order:
-            now = time.monotonic() - t0
-            if now < job.submit:
-                time.sleep(job.submit - now)
-            problem = tsched.PlacementProblem.build(cluster, job.workload)
-            result = tsched.solve(problem, method=policy, seed=seed)
-            if result.assignment is None:
-                raise ExecutorError(f"policy {policy!r} found no placement for job {job.name!r}")
-            plan = result.plan()
-            if seconds_of is not None:
-                gpus = np.asarray(problem.locations)[np.asarray(result.assignment)]
-                seconds = float(seconds_of(job, gpus))
-            else:
-                seconds = job.compute_s + job.iterations * float(result.objective or 0.0)
-            start = time.monotonic() - t0
-            run(
-                plan,
-                command=[sys.executable, "-c", f"import time; time.sleep({seconds!r})"],
-                reservation_timeout=reservation_timeout,
-            )
-            end = time.monotonic() - t0
-            records.append(
-                JobRecord.of(
-                    policy,
-                    job.name,
-                    job.submit,
-                    max(start, job.submit),
-                    end,
-                    len(plan.assignment),
-                    source="executed",
-                    nodes=len({e.node for e in plan.assignment}),
-                    objective=float(result.objective or 0.0),
-                )
-            )
-    return records

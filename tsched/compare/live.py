@@ -9,8 +9,9 @@ simulator's schema with ``source="executed"``, so simulated and executed runs sh
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,9 @@ from tsched.compare.jobmodel import AppModel, CollectiveModel
 from tsched.compare.records import JobRecord
 from tsched.compare.simulator import SimConfig, SimResult, _Placer, default_apps
 from tsched.compare.traces import TraceJob
-from tsched.errors import InputError
+from tsched.errors import ExecutorError, InputError
 
-__all__ = ["replay_trace", "result_from_records"]
+__all__ = ["ReplayJob", "replay", "replay_trace", "result_from_records"]
 
 
 def result_from_records(
@@ -78,11 +79,8 @@ def replay_trace(
     turns an hour into 3.6 s). Fragmentation-aware policies and queue policies other than
     ``fifo`` exist only in simulation.
     """
-    import time
 
-    from tsched.backends.ray import ReplayJob, replay
     from tsched.discovery.ray import connect
-    from tsched.errors import ExecutorError
     from tsched.workload import Workload
 
     if not time_scale > 0:
@@ -136,3 +134,83 @@ def replay_trace(
         ]
         out.append(result_from_records(records, cfg, time.perf_counter() - start))
     return out
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """A small job of a matched sequence: when it arrives, its traffic, and how long it runs.
+
+    The job's workers sleep ``compute_s + iterations × objective`` seconds, the plan's
+    communication time stretched by ``iterations``: on simulated GPUs the run exercises the
+    reservation and timing path for real, while the placement effect comes from the model.
+    """
+
+    name: str
+    submit: float
+    workload: Any  # tsched.Workload
+    compute_s: float = 0.5
+    iterations: float = 1.0
+
+
+def replay(
+    jobs: list[ReplayJob],
+    policies: list[str],
+    cluster: Any,
+    *,
+    reservation_timeout: float = 60.0,
+    seed: int = 0,
+    seconds_of: Callable[[ReplayJob, np.ndarray], float] | None = None,
+) -> list[Any]:
+    """Run the same job sequence through Ray under each placement policy (a solver method:
+    ``auto``, ``pack``, ``random`` …), one job at a time in arrival order (FIFO), and return
+    :class:`~tsched.compare.records.JobRecord` rows with ``source="executed"``.
+
+    ``cluster`` is the model of the Ray cluster (its node names are the ``tsched.io/node``
+    labels). Times are measured from the start of each policy's replay. ``seconds_of(job,
+    gpus)`` (global GPU indices of the plan), when given, sets how long the job's workers run
+    instead of ``compute_s + iterations × objective``.
+    """
+    import sys
+
+    import tsched
+    from tsched.backends.ray import run
+
+    records = []
+    order = sorted(jobs, key=lambda j: (j.submit, j.name))
+    for policy in policies:
+        t0 = time.monotonic()
+        for job in order:
+            now = time.monotonic() - t0
+            if now < job.submit:
+                time.sleep(job.submit - now)
+            problem = tsched.PlacementProblem.build(cluster, job.workload)
+            result = tsched.solve(problem, method=policy, seed=seed)
+            if result.assignment is None:
+                raise ExecutorError(f"policy {policy!r} found no placement for job {job.name!r}")
+            plan = result.plan()
+            if seconds_of is not None:
+                gpus = np.asarray(problem.locations)[np.asarray(result.assignment)]
+                seconds = float(seconds_of(job, gpus))
+            else:
+                seconds = job.compute_s + job.iterations * float(result.objective or 0.0)
+            start = time.monotonic() - t0
+            run(
+                plan,
+                command=[sys.executable, "-c", f"import time; time.sleep({seconds!r})"],
+                reservation_timeout=reservation_timeout,
+            )
+            end = time.monotonic() - t0
+            records.append(
+                JobRecord.of(
+                    policy,
+                    job.name,
+                    job.submit,
+                    max(start, job.submit),
+                    end,
+                    len(plan.assignment),
+                    source="executed",
+                    nodes=len({e.node for e in plan.assignment}),
+                    objective=float(result.objective or 0.0),
+                )
+            )
+    return records
