@@ -124,11 +124,11 @@ def test_topology_constraint_follows_the_plans_span() -> None:
     one = topology_constraint(plan_on(first, first), cluster, "t")
     assert one == {"topology": "t", "requiredTopologyLevel": "kubernetes.io/hostname"}
     leaf = topology_constraint(plan_on(*same_leaf[:2]), cluster, "t")
-    assert leaf["requiredTopologyLevel"] == "fabric.topograph.run/tier-1"
+    assert leaf["requiredTopologyLevel"] == "fabric.topograph.run/tier-0"
     assert leaf["preferredTopologyLevel"] == "kubernetes.io/hostname"
     spine = topology_constraint(plan_on(first, other_leaf), cluster, "t")
-    assert spine["requiredTopologyLevel"] == "fabric.topograph.run/tier-2"
-    assert spine["preferredTopologyLevel"] == "fabric.topograph.run/tier-1"
+    assert spine["requiredTopologyLevel"] == "fabric.topograph.run/tier-1"
+    assert spine["preferredTopologyLevel"] == "fabric.topograph.run/tier-0"
     with pytest.raises(InputError, match="plan node 'nope' is not in cluster"):
         topology_constraint(plan_on("nope"), cluster, "t")
 
@@ -304,7 +304,7 @@ def test_preflight_names_every_problem(api) -> None:
     double.deny.add(("create", "podgroups"))
     double.remove("nodes", "", nodes[0])
     node = double.objects[("nodes", "", nodes[1])]
-    node["metadata"]["labels"]["fabric.topograph.run/tier-1"] = "elsewhere"
+    node["metadata"]["labels"]["fabric.topograph.run/tier-0"] = "elsewhere"
     busy = copy.deepcopy(objs[2])
     busy["metadata"] = {"name": "other", "namespace": "x", "labels": {}}
     busy["spec"]["nodeName"] = nodes[1]
@@ -314,7 +314,7 @@ def test_preflight_names_every_problem(api) -> None:
     assert "queue 'missing' does not exist" in text
     assert "not allowed to create podgroups.scheduling.run.ai" in text
     assert f"node {nodes[0]!r} does not exist" in text
-    assert f"node {nodes[1]!r}: label fabric.topograph.run/tier-1='elsewhere'" in text
+    assert f"node {nodes[1]!r}: label fabric.topograph.run/tier-0='elsewhere'" in text
     assert f"node {nodes[1]!r}: 8 GPU(s) planned, 7 of 8 allocatable are free" in text
 
 
@@ -363,6 +363,9 @@ def test_deploy_files_validate_and_rbac_covers_what_the_client_does() -> None:
     queue = yaml.safe_load((deploy / "queue.yaml").read_text())
     topology = yaml.safe_load((deploy / "topology-dgx-h100-4node.yaml").read_text())
     validate_objects([queue, topology])
+    from tsched.formats.k8s_topology import topology_object
+
+    assert topology == topology_object(tsched.load_cluster("dgx-h100-4node"), "kai")  # no drift
     assert queue["metadata"]["name"] == "default"  # the CLI's default queue
     docs = list(yaml.safe_load_all((deploy / "rbac.yaml").read_text()))
     role = next(d for d in docs if d["kind"] == "Role")

@@ -23,6 +23,7 @@ from tsched.formats.topograph import (
     SCHEMES,
     cluster_from_labels,
     labels_from_cluster,
+    level_labels,
     nodes_document,
     read_model,
     read_nodes_json,
@@ -176,7 +177,8 @@ def test_topology_objects_validate_against_the_crds(flavour: str) -> None:
     obj = topology_object(cluster, flavour)
     validate(obj, flavour)
     labels = [lv["nodeLabel"] for lv in obj["spec"]["levels"]]
-    assert labels[0] == "fabric.topograph.run/tier-3" and labels[-1] == "kubernetes.io/hostname"
+    # three tiers, numbered from 0 as Topograph >= 1.0 writes them
+    assert labels[0] == "fabric.topograph.run/tier-2" and labels[-1] == "kubernetes.io/hostname"
     assert obj["metadata"]["name"] == "large-fabric"
     broken = json.loads(json.dumps(obj))
     broken["spec"]["levels"] = []
@@ -185,3 +187,118 @@ def test_topology_objects_validate_against_the_crds(flavour: str) -> None:
     broken["spec"]["levels"] = [{"nodeLabel": "kubernetes.io/hostname"}, {"nodeLabel": "a/b"}]
     with pytest.raises(tsched.InputError, match="lowest level"):
         validate(broken, flavour)
+
+
+# ---------------------------------------------------------------------- Topograph ≥ 1.0 labels
+def test_current_labels_with_domain_sub_domain_and_three_tiers() -> None:
+    cluster = read_nodes_json(TG / "nodes-domain-subdomain-3tiers.json")
+    assert cluster.levels == ("nvl-sub", "nvl", "leaf", "spine", "core")
+    assert partition_of(cluster, "nvl-sub") == {
+        frozenset({f"gb-{2 * r:02d}", f"gb-{2 * r + 1:02d}"}) for r in range(4)
+    }
+    assert partition_of(cluster, "nvl") == {
+        frozenset(f"gb-{k:02d}" for k in range(4)),
+        frozenset(f"gb-{k:02d}" for k in range(4, 8)),
+    }
+    assert partition_of(cluster, "leaf") == partition_of(cluster, "nvl")
+    assert len(partition_of(cluster, "core")) == 1
+    (node_type,) = cluster.node_types.values()  # every tray says 4 GB200 GPUs of 185 GB
+    assert (node_type.gpus, node_type.gpu_model, node_type.memory_gb) == (4, "NVIDIA-GB200", 185.0)
+    # written back in the current scheme: tiers from 0, the sub-domain under its fixed key
+    labels = labels_from_cluster(cluster)["gb-03"]
+    assert labels == {
+        "accelerator.topograph.run/sub-domain": "nvl1.rack01",
+        "accelerator.topograph.run/domain": "nvl1",
+        "fabric.topograph.run/tier-0": "s1",
+        "fabric.topograph.run/tier-1": "s10",
+        "fabric.topograph.run/tier-2": "s100",
+    }
+    with pytest.raises(tsched.InputError, match="sub-domains .* the nvidia-v2 scheme has no label"):
+        labels_from_cluster(cluster, "nvidia-v2")
+
+
+def test_a_node_list_with_only_tier_0_and_mixed_gpu_counts() -> None:
+    cluster = read_nodes_json(TG / "nodes-tier0-only-mixed-gpus.json")
+    assert [n.name for n in cluster.nodes] == ["dgx-a", "dgx-b", "l40s-a", "l40s-b"]  # no CPU node
+    assert cluster.levels == ("leaf",)
+    assert partition_of(cluster, "leaf") == {
+        frozenset({"dgx-a", "dgx-b"}),
+        frozenset({"l40s-a", "l40s-b"}),
+    }
+    gpus = {n.name: int(cluster.gpus_per_node[i]) for i, n in enumerate(cluster.nodes)}
+    assert gpus == {"dgx-a": 8, "dgx-b": 8, "l40s-a": 4, "l40s-b": 4}
+    models = {n.name: cluster.node_types[n.type].gpu_model for n in cluster.nodes}
+    assert models["dgx-a"] == "NVIDIA-H100-80GB-HBM3" and models["l40s-b"] == "NVIDIA-L40S"
+    assert cluster.n_gpus == 24
+    # a job that fits one H100 node goes there: the planner sees the mixed counts
+    w = tsched.Workload.from_matrix("w", np.ones((8, 8)) - np.eye(8))
+    plan = tsched.solve(tsched.PlacementProblem.build(cluster, w), method="greedy").plan()
+    assert len({e.node for e in plan.assignment}) == 1
+    back = labels_from_cluster(cluster)
+    assert back["l40s-a"] == {"fabric.topograph.run/tier-0": "lldp-66778899aabb"}
+
+
+def test_the_labellers_tier_0_and_1_with_a_hashed_switch_id(tmp_path) -> None:
+    cluster = read_nodes_json(TG / "nodes-tier0-tier1-hashed.json")
+    assert cluster.levels == ("leaf", "spine")
+    assert partition_of(cluster, "leaf") == {
+        frozenset({"Node201", "Node202", "Node205"}),
+        frozenset({"Node304", "Node305"}),
+    }
+
+
+def test_tiers_numbered_from_1_are_still_read_and_gaps_refused() -> None:
+    old = [
+        ("a", {"fabric.topograph.run/tier-1": "l0", "fabric.topograph.run/tier-2": "s0"}),
+        ("b", {"fabric.topograph.run/tier-1": "l1", "fabric.topograph.run/tier-2": "s0"}),
+    ]
+    new = [
+        (n, {k.replace("tier-1", "tier-0").replace("tier-2", "tier-1"): v for k, v in lab.items()})
+        for n, lab in old
+    ]
+    a, b = cluster_from_labels(old, "c", "old.json"), cluster_from_labels(new, "c", "new.json")
+    assert a.levels == b.levels == ("leaf", "spine")
+    assert partition_of(a, "leaf") == partition_of(b, "leaf")
+    gap = [("a", {"fabric.topograph.run/tier-0": "l0", "fabric.topograph.run/tier-2": "c0"})]
+    with pytest.raises(tsched.InputError, match=r"gap\.json: fabric tier labels \[0, 2\] skip"):
+        cluster_from_labels(gap, "c", "gap.json")
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        "nodes-domain-subdomain-3tiers.json",
+        "nodes-tier0-only-mixed-gpus.json",
+        "nodes-tier0-tier1-hashed.json",
+    ],
+)
+def test_convert_agrees_on_label_keys_everywhere(fixture: str, tmp_path: Path, capsys) -> None:
+    """k8s-labels, the KAI and Kueue Topology objects and a KAI topologyConstraint name the
+    same label keys; the labels read back give the same cluster."""
+    from tsched.backends.kai import topology_constraint
+    from tsched.cli import main
+
+    source = str(TG / fixture)
+    assert main(["topology", "convert", source, "--to", "k8s-labels"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    keys = {k for item in written["items"] for k in item["metadata"]["labels"]}
+    (tmp_path / "back.json").write_text(json.dumps(written))
+    cluster, back = read_nodes_json(source), read_nodes_json(tmp_path / "back.json")
+    assert back.levels == cluster.levels
+    for level in cluster.levels:
+        assert partition_of(back, level) == partition_of(cluster, level)
+    for flavour in ("kai", "kueue"):
+        assert main(["topology", "convert", source, "--to", f"{flavour}-topology"]) == 0
+        import yaml
+
+        obj = yaml.safe_load(capsys.readouterr().out)
+        levels = [lv["nodeLabel"] for lv in obj["spec"]["levels"]]
+        assert levels[-1] == "kubernetes.io/hostname" and set(levels[:-1]) == keys
+        assert levels[:-1] == list(reversed(level_labels(cluster)))  # broadest first
+    w = tsched.Workload.from_matrix("w", np.ones((12, 12)) - np.eye(12))
+    plan = tsched.solve(tsched.PlacementProblem.build(cluster, w), method="greedy").plan()
+    constraint = topology_constraint(plan, cluster, "tsched")
+    named = {constraint.get("requiredTopologyLevel"), constraint.get("preferredTopologyLevel")}
+    assert named - {None} <= keys | {"kubernetes.io/hostname"}
+    tiers = [k for k in level_labels(cluster) if k.startswith("fabric.topograph.run/tier-")]
+    assert tiers == [f"fabric.topograph.run/tier-{k}" for k in range(len(tiers))]  # 0 nearest

@@ -55,8 +55,9 @@ __all__ = [
 ]
 
 #: tsched's own level labels, nearest first.
-LEVEL_LABELS = (("nvl", "tsched.io/nvl"), ("leaf", "tsched.io/leaf"),
-                ("spine", "tsched.io/spine"), ("core", "tsched.io/core"))  # fmt: skip
+LEVEL_LABELS = (("nvl-sub", "tsched.io/nvl-sub"), ("nvl", "tsched.io/nvl"),
+                ("leaf", "tsched.io/leaf"), ("spine", "tsched.io/spine"),
+                ("core", "tsched.io/core"))  # fmt: skip
 NAME_LABEL = "tsched.io/node"
 
 
@@ -215,7 +216,7 @@ def inventory(
     if len(cluster_nodes) > 1 and not order:
         order = ["network"]  # no labels: every pair of nodes meets on one network level
     for level in order:
-        gbps = DEFAULT_LEVEL_GBPS["nvl" if level == "nvl" else "network"]
+        gbps = DEFAULT_LEVEL_GBPS["nvl" if level in ("nvl", "nvl-sub") else "network"]
         links[level] = LinkClass(level, gbps, 0.0, "default")
     result.cluster = Cluster(
         name=name,
@@ -233,19 +234,20 @@ def _levels(info: Mapping[str, Any]) -> dict[str, str]:
     at = {level: labels[key] for level, key in LEVEL_LABELS if key in labels}
     if at:
         return at
-    from tsched.formats.topograph import SCHEMES
+    from tsched.formats.topograph import SCHEMES, SUB_DOMAIN_LABEL, fabric_tiers
+    from tsched.formats.topology import NVL_LEVEL, NVL_SUB_LEVEL, tier_names
 
-    for accel, tiers in SCHEMES.values():
+    for scheme, (accel, tiers) in SCHEMES.items():
+        if scheme == "topograph":
+            tiers = fabric_tiers(labels, f"node {_name(info)}")
+            if SUB_DOMAIN_LABEL in labels:
+                at[NVL_SUB_LEVEL] = labels[SUB_DOMAIN_LABEL]
         if accel in labels:
-            at["nvl"] = labels[accel]
-        names = ("leaf", "spine", "core")
+            at[NVL_LEVEL] = labels[accel]
+        names = tier_names(len(tiers))
         for k, key in enumerate(tiers):
             if key in labels:
                 at[names[k]] = labels[key]
-        for k in range(1, 9):
-            key = f"fabric.topograph.run/tier-{k}"
-            if key in labels:
-                at[("leaf", "spine", "core")[k - 1] if k <= 3 else f"tier{k}"] = labels[key]
         if at:
             return at
     return at

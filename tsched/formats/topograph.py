@@ -2,8 +2,9 @@
 
 Model (Topograph ≥ 1.0): ``switches:`` maps a switch id to ``{switches: [children], labels,
 annotations}``; ``blocks:`` lists ``{switch: <leaf id>, nodes: [hostlists], annotations}`` with
-the accelerator (NVLink) domain in the annotation ``accelerator.topology.test/domain``. A switch
-named only as a child or a block's ``switch`` is a leaf.
+the accelerator (NVLink) domain in the annotation ``accelerator.topology.test/domain`` and an
+optional sub-domain in ``accelerator.topology.test/sub-domain``. A switch named only as a child
+or a block's ``switch`` is a leaf.
 
 Node labels, in the three generations Topograph has used (read from a ``kubectl get nodes -o
 json`` document, nearest level first):
@@ -11,11 +12,21 @@ json`` document, nearest level first):
 =================  ===========================================================================
 ``nvidia-v1``      ``network.topology.nvidia.com/{accelerator, block, spine, datacenter}``
 ``nvidia-v2``      ``network.topology.nvidia.com/{accelerator, leaf, spine, core}``
-``topograph``      ``accelerator.topograph.run/domain`` + ``fabric.topograph.run/tier-1 …``
+``topograph``      ``accelerator.topograph.run/domain``, ``accelerator.topograph.run/sub-domain``
+                   and ``fabric.topograph.run/tier-0 … tier-N``
 =================  ===========================================================================
 
-The accelerator label becomes the ``nvl`` level; the network tiers become ``leaf``, ``spine``,
-``core`` (``tier4`` …). Writing labels uses the current ``topograph`` scheme unless asked.
+In the current scheme fabric tier 0 is the switch nearest the node and the depth is whatever
+the fabric has (a node list may carry ``tier-0`` only). Labels numbered from ``tier-1`` (an
+earlier numbering) are read too. The accelerator domain becomes the ``nvl`` level, the
+sub-domain (a rack within a multi-rack NVLink domain) the nearer ``nvl-sub`` level, and the
+fabric tiers ``leaf``, ``spine``, ``core`` (``tier4`` …). Labels are written in the current
+``topograph`` scheme unless asked.
+
+A node's GPUs come from its ``status.capacity`` (``nvidia.com/gpu``) or the GPU Feature
+Discovery labels ``nvidia.com/gpu.count``, ``nvidia.com/gpu.product`` and
+``nvidia.com/gpu.memory`` (MiB); nodes of different GPU counts or models get node types of their
+own, nodes with no GPUs are left out, and nodes that say nothing get the default node type.
 """
 
 from __future__ import annotations
@@ -28,7 +39,14 @@ from typing import Any
 from tsched._io import load_yaml_text, read_text
 from tsched.cluster import Cluster, LinkClass, NodeType
 from tsched.errors import InputError
-from tsched.formats.topology import SwitchTree, cluster_from_tree, hostlist_expand
+from tsched.formats.topology import (
+    ACCELERATOR_LEVELS,
+    NVL_LEVEL,
+    NVL_SUB_LEVEL,
+    SwitchTree,
+    cluster_from_tree,
+    hostlist_expand,
+)
 
 __all__ = [
     "SCHEMES",
@@ -39,9 +57,16 @@ __all__ = [
     "labels_from_cluster",
     "nodes_document",
     "level_labels",
+    "fabric_tiers",
+    "SUB_DOMAIN_LABEL",
 ]
 
 DOMAIN_ANNOTATION = "accelerator.topology.test/domain"
+SUB_DOMAIN_ANNOTATION = "accelerator.topology.test/sub-domain"
+#: The accelerator sub-domain label (current scheme only; its key is fixed in Topograph).
+SUB_DOMAIN_LABEL = "accelerator.topograph.run/sub-domain"
+#: First fabric tier number Topograph writes (tier 0 is the switch nearest the node).
+FIRST_TIER = 0
 NV = "network.topology.nvidia.com/"
 #: Label scheme → (accelerator label, network tier labels nearest first).
 SCHEMES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -89,10 +114,14 @@ def parse_model(data: Any, source: str) -> SwitchTree:
             except InputError as exc:
                 raise InputError(f"{where}.nodes: {exc}") from None
         tree.switches.setdefault(leaf, ([], []))[1].extend(nodes)
-        domain = (block.get("annotations") or {}).get(DOMAIN_ANNOTATION)
-        if domain is not None:
-            for node in nodes:
+        annotations = block.get("annotations") or {}
+        domain = annotations.get(DOMAIN_ANNOTATION)
+        sub_domain = annotations.get(SUB_DOMAIN_ANNOTATION)
+        for node in nodes:
+            if domain is not None:
                 tree.domains[node] = str(domain)
+            if sub_domain is not None:
+                tree.sub_domains[node] = str(sub_domain)
     tree.check(source)
     return tree
 
@@ -102,9 +131,23 @@ def read_model(path: str | os.PathLike[str]) -> SwitchTree:
 
 
 # ---------------------------------------------------------------------- node labels
+def fabric_tiers(keys: Any, source: str = "node labels") -> tuple[str, ...]:
+    """The ``fabric.topograph.run/tier-N`` keys among ``keys``, nearest first: numbered from 0
+    (Topograph ≥ 1.0) or from 1 (an earlier numbering), without gaps."""
+    found = sorted({int(m.group(1)) for k in keys if (m := _TIER.match(k))})
+    if not found:
+        return ()
+    if found[0] not in (0, 1) or found != list(range(found[0], found[-1] + 1)):
+        raise InputError(
+            f"{source}: fabric tier labels {found} skip a tier (expected tier-0 … tier-N, "
+            "nearest switch first)"
+        )
+    return tuple(f"fabric.topograph.run/tier-{k}" for k in found)
+
+
 def _detect(labels: list[dict[str, str]]) -> str:
     keys = {k for lab in labels for k in lab}
-    if any(_TIER.match(k) for k in keys) or SCHEMES["topograph"][0] in keys:
+    if any(_TIER.match(k) for k in keys) or {SCHEMES["topograph"][0], SUB_DOMAIN_LABEL} & keys:
         return "topograph"
     if any(k in keys for k in SCHEMES["nvidia-v2"][1][:1] + SCHEMES["nvidia-v2"][1][2:]):
         return "nvidia-v2"
@@ -116,21 +159,33 @@ def _detect(labels: list[dict[str, str]]) -> str:
     )
 
 
+def _require(nodes, index: int, node: str, key: str, source: str) -> str:
+    labels = nodes[index][1]
+    if key not in labels:
+        raise InputError(
+            f"{source}: items[{index}] (node {node!r}): missing label {key!r} that other nodes "
+            "carry"
+        )
+    return labels[key]
+
+
 def cluster_from_labels(
     nodes: list[tuple[str, dict[str, str]]],
     name: str,
     source: str,
     node_type: NodeType | None = None,
     intra_link: LinkClass | None = None,
+    node_types: dict[str, NodeType] | None = None,
 ) -> Cluster:
-    """A cluster from (node name, labels) pairs. Every labelled level must be on every node."""
+    """A cluster from (node name, labels) pairs. Every labelled level must be on every node.
+
+    ``node_types`` (node name → type) gives nodes a type of their own (mixed GPU counts);
+    the others get ``node_type``.
+    """
     scheme = _detect([lab for _, lab in nodes])
     accel, tiers = SCHEMES[scheme]
     if scheme == "topograph":
-        found = sorted({int(m.group(1)) for _, lab in nodes for k in lab if (m := _TIER.match(k))})
-        if found and found != list(range(1, found[-1] + 1)):
-            raise InputError(f"{source}: tier labels {found} skip a tier (expected 1 … N)")
-        tiers = tuple(f"fabric.topograph.run/tier-{k}" for k in found)
+        tiers = fabric_tiers({k for _, lab in nodes for k in lab}, source)
     present = [t for t in tiers if any(t in lab for _, lab in nodes)]
     if present != list(tiers[: len(present)]):
         raise InputError(
@@ -138,31 +193,25 @@ def cluster_from_labels(
             f"on every node but higher tiers are set ({scheme} labels)"
         )
     has_accel = any(accel in lab for _, lab in nodes)
+    has_sub = scheme == "topograph" and any(SUB_DOMAIN_LABEL in lab for _, lab in nodes)
     tiers_of: dict[str, set[str]] = {}
     for _, lab in nodes:
         for tier in present:
             if tier in lab:
                 tiers_of.setdefault(lab[tier], set()).add(tier)
     tree = SwitchTree()
-    for index, (node, lab) in enumerate(nodes):
+    for index, (node, _) in enumerate(nodes):
         chain = []
         for tier in present:
-            if tier not in lab:
-                raise InputError(
-                    f"{source}: items[{index}] (node {node!r}): missing label {tier!r} that "
-                    "other nodes carry"
-                )
-            value = lab[tier]  # a value used on two tiers gets the tier as a prefix
+            value = _require(nodes, index, node, tier, source)
+            # a value used on two tiers gets the tier as a prefix
             chain.append(
                 value if len(tiers_of[value]) == 1 else f"{tier.rsplit('/', 1)[1]}-{value}"
             )
         if has_accel:
-            if accel not in lab:
-                raise InputError(
-                    f"{source}: items[{index}] (node {node!r}): missing label {accel!r} that "
-                    "other nodes carry"
-                )
-            tree.domains[node] = lab[accel]
+            tree.domains[node] = _require(nodes, index, node, accel, source)
+        if has_sub:
+            tree.sub_domains[node] = _require(nodes, index, node, SUB_DOMAIN_LABEL, source)
         if not chain:
             chain = ["fabric=all"]
         for k, switch in enumerate(chain):
@@ -171,7 +220,53 @@ def cluster_from_labels(
                 members.append(node)
             elif chain[k - 1] not in kids:
                 kids.append(chain[k - 1])
-    return cluster_from_tree(tree, name, source, node_type, intra_link)
+    cluster = cluster_from_tree(tree, name, source, node_type, intra_link)
+    return _with_node_types(cluster, node_types or {}) if node_types else cluster
+
+
+def _with_node_types(cluster: Cluster, node_types: dict[str, NodeType]) -> Cluster:
+    """The cluster with the given nodes switched to their own node types."""
+    from dataclasses import replace
+
+    from tsched.cluster import Node
+
+    types = dict(cluster.node_types)
+    for node_type in node_types.values():
+        if node_type.name in types and types[node_type.name] != node_type:
+            raise InputError(f"{cluster.source}: two node types named {node_type.name!r}")
+        types[node_type.name] = node_type
+    nodes = tuple(
+        Node(n.name, node_types[n.name].name, n.at, n.busy) if n.name in node_types else n
+        for n in cluster.nodes
+    )
+    used = {n.type for n in nodes}
+    return replace(cluster, node_types={k: v for k, v in types.items() if k in used}, nodes=nodes)
+
+
+#: GPU Feature Discovery labels (NVIDIA GPU Operator) and the device plugin's resource.
+GPU_COUNT_LABEL, GPU_PRODUCT_LABEL = "nvidia.com/gpu.count", "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL, GPU_RESOURCE = "nvidia.com/gpu.memory", "nvidia.com/gpu"
+
+
+def _gpu_spec(
+    item: dict[str, Any], labels: dict[str, str], where: str
+) -> tuple[int, str, float] | None:
+    """(GPU count, model, memory GB) a Node object states, or None when it says nothing."""
+    status = item.get("status") if isinstance(item.get("status"), dict) else {}
+    capacity = (status or {}).get("capacity") or {}
+    raw = capacity.get(GPU_RESOURCE, labels.get(GPU_COUNT_LABEL))
+    if raw is None:
+        return None
+    try:
+        count = int(str(raw))
+    except ValueError:
+        raise InputError(f"{where}: GPU count {raw!r} is not an integer") from None
+    memory = labels.get(GPU_MEMORY_LABEL)
+    try:
+        memory_gb = round(float(memory) / 1024.0, 1) if memory else 0.0
+    except ValueError:
+        raise InputError(f"{where}: label {GPU_MEMORY_LABEL}={memory!r} is not MiB") from None
+    return count, labels.get(GPU_PRODUCT_LABEL, ""), memory_gb
 
 
 def read_nodes_json(
@@ -189,13 +284,36 @@ def read_nodes_json(
     if not isinstance(items, list):
         raise InputError(f"{source}: expected a Kubernetes List with 'items' (kubectl -o json)")
     nodes = []
+    specs: dict[str, tuple[int, str, float]] = {}
     for i, item in enumerate(items):
         meta = item.get("metadata") if isinstance(item, dict) else None
         if not isinstance(meta, dict) or "name" not in meta:
             raise InputError(f"{source}: items[{i}]: no metadata.name")
-        nodes.append((str(meta["name"]), dict(meta.get("labels") or {})))
+        labels = dict(meta.get("labels") or {})
+        spec = _gpu_spec(item, labels, f"{source}: items[{i}] (node {meta['name']!r})")
+        if spec is not None and spec[0] == 0:
+            continue  # a node without GPUs is not a place for workers
+        if spec is not None:
+            specs[str(meta["name"])] = spec
+        nodes.append((str(meta["name"]), labels))
+    if not nodes:
+        raise InputError(f"{source}: no node with GPUs")
     name = os.path.splitext(os.path.basename(source))[0]
-    return cluster_from_labels(nodes, name, source, node_type, intra_link)
+    types: dict[str, NodeType] = {}
+    if specs:
+        from tsched.formats.topology import default_node_type
+
+        base, link = (node_type, intra_link) if node_type and intra_link else default_node_type()
+        intra_link = link
+        node_type = base
+        for node, (count, model, memory) in specs.items():
+            same = count == base.gpus and (not model or model == base.gpu_model)
+            if same and not memory:
+                continue
+            type_name = f"{count}x{model or base.gpu_model}".replace(" ", "-")
+            types[node] = NodeType(type_name, count, model or base.gpu_model, memory,
+                                   intra=link.name if count > 1 else None)  # fmt: skip
+    return cluster_from_labels(nodes, name, source, node_type, intra_link, types)
 
 
 def _scheme_labels(cluster: Cluster, scheme: str) -> tuple[str, list[str], tuple[str, ...]]:
@@ -203,29 +321,43 @@ def _scheme_labels(cluster: Cluster, scheme: str) -> tuple[str, list[str], tuple
     if scheme not in SCHEMES:
         raise InputError(f"label scheme {scheme!r}: expected one of {', '.join(SCHEMES)}")
     accel, tiers = SCHEMES[scheme]
-    network = [lv for lv in cluster.levels if lv != "nvl"]
+    network = [lv for lv in cluster.levels if lv not in ACCELERATOR_LEVELS]
     if scheme == "topograph":
-        tiers = tuple(f"fabric.topograph.run/tier-{k}" for k in range(1, len(network) + 1))
+        tiers = tuple(
+            f"fabric.topograph.run/tier-{k}" for k in range(FIRST_TIER, FIRST_TIER + len(network))
+        )
     elif len(network) > len(tiers):
         raise InputError(
             f"cluster {cluster.name!r} has {len(network)} network levels; the {scheme} scheme "
             f"has {len(tiers)} (use --label-scheme topograph)"
         )
+    if NVL_SUB_LEVEL in cluster.levels and scheme != "topograph":
+        raise InputError(
+            f"cluster {cluster.name!r} has accelerator sub-domains ({NVL_SUB_LEVEL}); the "
+            f"{scheme} scheme has no label for them (use --label-scheme topograph)"
+        )
     return accel, network, tiers
 
 
+def _level_label(level: str, accel: str, network: list[str], tiers: tuple[str, ...]) -> str:
+    if level == NVL_LEVEL:
+        return accel
+    if level == NVL_SUB_LEVEL:
+        return SUB_DOMAIN_LABEL
+    return tiers[network.index(level)]
+
+
 def labels_from_cluster(cluster: Cluster, scheme: str = "topograph") -> dict[str, dict[str, str]]:
-    """Node name → topology labels for a cluster's levels (``nvl`` → the accelerator label)."""
+    """Node name → topology labels for a cluster's levels (``nvl`` → the accelerator label,
+    ``nvl-sub`` → the sub-domain label, network levels → fabric tiers from 0)."""
     accel, network, tiers = _scheme_labels(cluster, scheme)
     out: dict[str, dict[str, str]] = {}
     for node in cluster.nodes:
-        labels = {}
-        if "nvl" in node.at:
-            labels[accel] = node.at["nvl"]
-        for level, label in zip(network, tiers):
-            if level in node.at:
-                labels[label] = node.at[level]
-        out[node.name] = labels
+        out[node.name] = {
+            _level_label(level, accel, network, tiers): node.at[level]
+            for level in cluster.levels
+            if level in node.at
+        }
     return out
 
 
@@ -243,9 +375,7 @@ def nodes_document(labels: dict[str, dict[str, str]]) -> dict[str, Any]:
 
 
 def level_labels(cluster: Cluster, scheme: str = "topograph") -> list[str]:
-    """The node label of each cluster level, nearest first (for Topology objects)."""
+    """The node label of each cluster level, nearest first (for Topology objects and KAI
+    topology constraints)."""
     accel, network, tiers = _scheme_labels(cluster, scheme)
-    out = []
-    for level in cluster.levels:
-        out.append(accel if level == "nvl" else tiers[network.index(level)])
-    return out
+    return [_level_label(level, accel, network, tiers) for level in cluster.levels]

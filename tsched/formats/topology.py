@@ -29,11 +29,18 @@ __all__ = [
     "default_node_type",
     "one_type_cluster",
     "DEFAULT_LEVEL_GBPS",
+    "NVL_LEVEL",
+    "NVL_SUB_LEVEL",
+    "ACCELERATOR_LEVELS",
 ]
 
 #: Default bandwidth (GB/s per GPU per direction) of each level when a format gives none: an
 #: NVLink 5 domain for accelerator domains, one 400 Gb/s NIC per GPU for the network tiers.
 DEFAULT_LEVEL_GBPS = {"nvl": 900.0, "network": 50.0}
+#: The accelerator (NVLink) domain level, and its optional sub-domain (a rack of a multi-rack
+#: NVLink domain, Topograph's ``accelerator.topograph.run/sub-domain``), which is nearer.
+NVL_LEVEL, NVL_SUB_LEVEL = "nvl", "nvl-sub"
+ACCELERATOR_LEVELS = (NVL_SUB_LEVEL, NVL_LEVEL)
 
 _RANGE = re.compile(r"\[([^\[\]]*)\]")
 
@@ -151,6 +158,8 @@ class SwitchTree:
 
     switches: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     domains: dict[str, str] = field(default_factory=dict)
+    #: per node, its accelerator sub-domain (within its domain); optional
+    sub_domains: dict[str, str] = field(default_factory=dict)
     comments: dict[str, str] = field(default_factory=dict)
 
     def roots(self) -> list[str]:
@@ -224,16 +233,21 @@ def cluster_from_tree(
     bandwidth: Mapping[str, float] | None = None,
     provenance: str = "default",
 ) -> Cluster:
-    """A cluster from a switch tree: levels ``[nvl?] + leaf, spine, …``; one node type."""
+    """A cluster from a switch tree: levels ``[nvl-sub?, nvl?] + leaf, spine, …``; one node
+    type."""
     tree.check(source)
     paths = tree.node_paths()
-    missing = [n for n in tree.domains if n not in paths]
+    missing = [n for n in {**tree.sub_domains, **tree.domains} if n not in paths]
     nodes_order = list(paths) + missing
     if not nodes_order:
         raise InputError(f"{source}: no nodes")
     tiers = max((len(p) for p in paths.values()), default=0)
     names = tier_names(tiers)
-    levels = (["nvl"] if tree.domains else []) + names
+    levels = (
+        ([NVL_SUB_LEVEL] if tree.sub_domains else [])
+        + ([NVL_LEVEL] if tree.domains else [])
+        + names
+    )
     if node_type is None or intra_link is None:
         node_type, intra_link = default_node_type()
     bandwidth = dict(bandwidth or {})
@@ -242,7 +256,7 @@ def cluster_from_tree(
         if level in bandwidth:
             links[level] = LinkClass(level, float(bandwidth[level]), 0.0, "imported")
         else:
-            gbps = DEFAULT_LEVEL_GBPS["nvl" if level == "nvl" else "network"]
+            gbps = DEFAULT_LEVEL_GBPS["nvl" if level in ACCELERATOR_LEVELS else "network"]
             links[level] = LinkClass(level, gbps, 0.0, provenance)
     nodes = []
     for node in nodes_order:
@@ -253,7 +267,9 @@ def cluster_from_tree(
         for k, switch in enumerate(path):
             at[names[k]] = switch
         if node in tree.domains:
-            at["nvl"] = tree.domains[node]
+            at[NVL_LEVEL] = tree.domains[node]
+        if node in tree.sub_domains:
+            at[NVL_SUB_LEVEL] = tree.sub_domains[node]
         nodes.append(Node(node, node_type.name, at))
     return one_type_cluster(name, links, levels, node_type, nodes, source)
 
@@ -279,8 +295,9 @@ def one_type_cluster(
 
 def tree_from_cluster(cluster: Cluster) -> SwitchTree:
     """The switch tree of a cluster's network levels (an ``nvl`` level becomes accelerator
-    domains). Group names are kept, prefixed with the level where two levels share a name."""
-    levels = [lv for lv in cluster.levels if lv != "nvl"]
+    domains, ``nvl-sub`` their sub-domains). Group names are kept, prefixed with the level where
+    two levels share a name."""
+    levels = [lv for lv in cluster.levels if lv not in ACCELERATOR_LEVELS]
     if not levels:
         raise InputError(f"cluster {cluster.name!r} has no network levels to write as switches")
     # make names unique across levels up front so a later clash does not rename earlier ones
@@ -308,7 +325,9 @@ def tree_from_cluster(cluster: Cluster) -> SwitchTree:
                 child = chain[k - 1]
                 if child not in kids:
                     kids.append(child)
-        if "nvl" in cluster.levels and "nvl" in node.at:
-            tree.domains[node.name] = node.at["nvl"]
+        if NVL_LEVEL in cluster.levels and NVL_LEVEL in node.at:
+            tree.domains[node.name] = node.at[NVL_LEVEL]
+        if NVL_SUB_LEVEL in cluster.levels and NVL_SUB_LEVEL in node.at:
+            tree.sub_domains[node.name] = node.at[NVL_SUB_LEVEL]
     tree.check(f"cluster {cluster.name!r}")
     return tree
