@@ -174,8 +174,18 @@ def listening(address: str) -> bool:
 
 
 @live
-def test_up_status_down_on_every_preset_that_fits(capsys, sandbox_dir) -> None:
+def test_up_status_down_on_every_preset_that_fits(
+    capsys, sandbox_dir, tmp_path, monkeypatch
+) -> None:
     from tsched.backends.sandbox import DEFAULT_MAX_NODES
+
+    # a token left by any earlier local ray.init() turns Ray's token authentication on for new
+    # heads; the sandbox must work all the same
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
 
     fits = [n for n in tsched.presets.CLUSTERS
             if tsched.presets.cluster(n).n_nodes <= DEFAULT_MAX_NODES]  # fmt: skip
@@ -222,7 +232,7 @@ def test_start_flags_fed_to_ray_start_give_a_cluster_the_executor_accepts(tmp_pa
     )
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "RAY_USAGE_STATS_ENABLED": "0"}  # fmt: skip
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}  # fmt: skip
     env.pop("RAY_ADDRESS", None)
     import tempfile
 

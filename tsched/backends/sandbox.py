@@ -113,7 +113,10 @@ def up(
     port, dashboard, client = free_port(), free_port(), free_port()
     # Ray's socket paths must stay under 107 bytes: a short folder of its own under /tmp
     temp_dir = tempfile.mkdtemp(prefix=f"tsched-sb-{port}-")
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray >= 2.5x turns token authentication on for a head whenever ~/.ray/auth_token exists
+    # (any earlier local ray.init() writes one), and then every client must be set up for it;
+    # the sandbox runs without, explicitly, so its clients need nothing
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     nodes: list[dict[str, Any]] = []
     state = {
