@@ -148,3 +148,28 @@ def test_cli_show_and_solve_picture(default, tmp_path, capsys) -> None:
     code = main(["solve", "--method", "greedy", "--quiet", "--picture", str(tmp_path / "s.html")])
     assert code == 0 and "tsched-plan" in (tmp_path / "s.html").read_text()
     assert np.isfinite(plan.objective)
+
+
+def test_html_needs_no_plotting_library_and_png_says_what_to_install(
+    default, tmp_path, monkeypatch
+) -> None:
+    import sys
+
+    plan, cluster, workload = default
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    text = write_picture(plan, cluster, tmp_path / "p.html", workload).read_text()
+    assert "tsched-plan" in text and 'fill="#1f77b4"' in text
+    with pytest.raises(
+        InputError, match=r"p\.png: PNG and SVG pictures need matplotlib .*tsched\[plot\]"
+    ):
+        write_picture(plan, cluster, tmp_path / "p.png", workload)
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_many_groups_get_distinct_colours() -> None:
+    from tsched.show import _colors
+
+    for count in (3, 20, 21, 64, 512):
+        colours = _colors(count)
+        assert len(colours) == count and all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in colours)
+    assert len(set(_colors(64))) == 64

@@ -370,14 +370,25 @@ def _column_labels(pic: Picture) -> list[tuple[float, float, str]]:
     return [(x + w / 2, y, label) for label, x, y, w, _, _ in cols[::step]]
 
 
-def _colors(count: int) -> list[str]:
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
+#: Twenty categorical colours in pairs (dark, light), the Tableau 20 palette.
+_PAIRS = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
+          "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
+          "#bcbd22", "#dbdb8d", "#17becf", "#9edae5")  # fmt: skip
 
-    cmap = colormaps["tab20" if count <= 20 else "turbo"]
-    if count <= 20:
-        return [to_hex(cmap(i)) for i in range(count)]
-    return [to_hex(cmap(0.05 + 0.9 * i / max(count - 1, 1))) for i in range(count)]
+
+def _colors(count: int) -> list[str]:
+    """One colour per group: the 20 categorical colours, or past 20 a sweep of hues (neighbouring
+    groups, e.g. successive pipeline stages, get neighbouring hues). Needs no plotting library,
+    so the HTML picture does not either."""
+    import colorsys
+
+    if count <= len(_PAIRS):
+        return list(_PAIRS[:count])
+    out = []
+    for i in range(count):
+        r, g, b = colorsys.hsv_to_rgb(0.85 * i / max(count - 1, 1), 0.75, 0.85 - 0.25 * (i % 2))
+        out.append(f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}")
+    return out
 
 
 def _gpu_cells(pic: Picture) -> list[tuple[str, float, float, int, int]]:
@@ -410,7 +421,13 @@ def _fill(pic: Picture, colors: Sequence[str], gpu: int, count: int) -> str:
 
 
 def _draw(pic: Picture, path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise InputError(
+            f"{path}: PNG and SVG pictures need matplotlib (pip install 'tsched[plot]'); "
+            "an .html picture needs nothing more"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
