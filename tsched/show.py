@@ -512,25 +512,16 @@ def _draw(pic: Picture, path: Path) -> None:
     )
     links = [k for k in pic.cost_by_link if pic.cost_by_link[k] > 0 or k in pic.traffic_by_link]
     if links:
-        bx = fig.add_axes(((fig_w - 3.4) / fig_w, 0.55, 2.9 / fig_w, 0.3))
-        bx.barh(
-            links,
-            [pic.traffic_by_link.get(k, 0.0) for k in links],
-            color=[link_colors.get(k, "#777777") for k in links],
-        )
-        bx.set_title("traffic, GB per iteration", fontsize=8)
-        for bars in (bx.containers[0],):
-            bx.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
-        bx.tick_params(labelsize=7)
-        cx = fig.add_axes(((fig_w - 3.4) / fig_w, 0.12, 2.9 / fig_w, 0.3))
-        cx.barh(
-            links,
-            [pic.cost_by_link.get(k, 0.0) for k in links],
-            color=[link_colors.get(k, "#777777") for k in links],
-        )
-        cx.set_title("cost, s per iteration", fontsize=8)
-        cx.bar_label(cx.containers[0], fmt="%.3g", fontsize=7, padding=2)
-        cx.tick_params(labelsize=7)
+        colours = [link_colors.get(k, "#777777") for k in links]
+        for bottom, values, title in (
+            (0.55, pic.traffic_by_link, "traffic, GB per iteration"),
+            (0.12, pic.cost_by_link, "cost, s per iteration"),
+        ):
+            bars = fig.add_axes(((fig_w - 3.4) / fig_w, bottom, 2.9 / fig_w, 0.3))
+            bars.barh(links, [values.get(k, 0.0) for k in links], color=colours)
+            bars.set_title(title, fontsize=8)
+            bars.bar_label(bars.containers[0], fmt="%.3g", fontsize=7, padding=2)
+            bars.tick_params(labelsize=7)
     from tsched._io import save_figure
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in SVG

@@ -21,6 +21,7 @@ __all__ = [
     "format_number",
     "format_seconds",
     "result_line",
+    "add_cluster_argument",
 ]
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3
@@ -86,4 +87,15 @@ def result_line(result: Any, unit: str = "", bound_unit: str = "") -> str:
     return (
         f"status {result.status}  objective {objective}  bound {bound}  gap {gap}  "
         f"method {result.method}  {format_seconds(result.wall_time)}"
+    )
+
+
+def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
+    """``--cluster PATH|PRESET``, the built-in default cluster when not given."""
+    from tsched import presets
+
+    parser.add_argument(
+        "--cluster",
+        default=presets.DEFAULT_CLUSTER,
+        help=f"cluster/v1 file or preset (default: {presets.DEFAULT_CLUSTER})",
     )

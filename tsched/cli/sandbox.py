@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any
 
-from tsched.cli._common import EXIT_INFEASIBLE, EXIT_OK, stderr_console
+from tsched.cli._common import EXIT_INFEASIBLE, EXIT_OK, add_cluster_argument, stderr_console
 
 __all__ = ["add_parsers"]
 
@@ -106,18 +106,13 @@ def cmd_start_flags(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    from tsched import presets
     from tsched.backends.sandbox import DEFAULT_MAX_NODES
 
     p = sub.add_parser("sandbox", help="a local Ray cluster that emulates a cluster model")
     sb = p.add_subparsers(dest="sandbox_command", metavar="ACTION", parser_class=type(p))
     sb.required = True
     q = sb.add_parser("up", help="start one raylet per node with simulated GPUs")
-    q.add_argument(
-        "--cluster",
-        default=presets.DEFAULT_CLUSTER,
-        help=f"cluster/v1 file or preset (default: {presets.DEFAULT_CLUSTER})",
-    )
+    add_cluster_argument(q)
     q.add_argument(
         "--max-nodes",
         type=int,

@@ -11,6 +11,7 @@ from typing import Any
 from tsched.cli._common import (
     EXIT_INFEASIBLE,
     EXIT_OK,
+    add_cluster_argument,
     parse_options,
     result_line,
     stderr_console,
@@ -191,11 +192,7 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     p = sub.add_parser("solve", help="place a workload on a cluster")
-    p.add_argument(
-        "--cluster",
-        default=presets.DEFAULT_CLUSTER,
-        help=f"cluster/v1 file or preset (default: {presets.DEFAULT_CLUSTER})",
-    )
+    add_cluster_argument(p)
     p.add_argument(
         "--workload",
         default=presets.DEFAULT_WORKLOAD,
