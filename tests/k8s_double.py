@@ -5,8 +5,9 @@ wire contract as kube-apiserver for the calls tsched makes, so the adapter is ex
 the real ``kubernetes`` Python client end to end:
 
 * create / get / list / delete for pods, services, PodGroups (``scheduling.run.ai/v2alpha2``),
-  queues (``scheduling.run.ai/v2``, cluster-scoped) and nodes; 404 NotFound, 409 AlreadyExists,
-  401 without the bearer token;
+  queues (``scheduling.run.ai/v2``, cluster-scoped), nodes, and Dynamic Resource Allocation's
+  ResourceClaims (namespaced) and ResourceSlices (cluster-scoped, ``resource.k8s.io/v1``);
+  404 NotFound, 409 AlreadyExists, 401 without the bearer token;
 * ``?watch=true`` list streams as chunked newline-delimited JSON events from a
   ``resourceVersion``, ended after ``timeoutSeconds``; a version older than the compaction
   point gets the ``ERROR`` event with code 410 (Expired), as the real server sends;
@@ -41,9 +42,12 @@ _ROUTES = {
     ("api", "v1", "nodes"): "nodes",
     ("apis", "scheduling.run.ai/v2alpha2", "podgroups"): "podgroups",
     ("apis", "scheduling.run.ai/v2", "queues"): "queues",
+    ("apis", "resource.k8s.io/v1", "resourceclaims"): "resourceclaims",
+    ("apis", "resource.k8s.io/v1", "resourceslices"): "resourceslices",
 }
 _KINDS = {"pods": "Pod", "services": "Service", "nodes": "Node", "podgroups": "PodGroup",
-          "queues": "Queue"}  # fmt: skip
+          "queues": "Queue", "resourceclaims": "ResourceClaim",
+          "resourceslices": "ResourceSlice"}  # fmt: skip
 
 
 class ApiDouble:
@@ -77,7 +81,11 @@ class ApiDouble:
             meta = obj.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ"))
-            ns = meta.get("namespace", "") if collection not in ("nodes", "queues") else ""
+            ns = (
+                meta.get("namespace", "")
+                if collection not in ("nodes", "queues", "resourceslices")
+                else ""
+            )
             rv = self._bump(obj)
             self.objects[(collection, ns, meta["name"])] = obj
             self.events.append((rv, collection, ns, event, copy.deepcopy(obj)))
@@ -106,6 +114,32 @@ class ApiDouble:
                 "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64"}},
             },
         )  # fmt: skip
+
+    def add_slice(self, node: str, devices: list[tuple[str, dict[str, Any]]],
+                  driver: str = "gpu.nvidia.com") -> None:  # fmt: skip
+        """A ResourceSlice publishing ``devices`` ((name, {attribute: value})) of ``node``, with
+        attribute values typed as the API types them (int, string)."""
+
+        def typed(value: Any) -> dict[str, Any]:
+            return {"int": value} if isinstance(value, int) else {"string": str(value)}
+
+        self.put(
+            "resourceslices",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{driver}-{len(self.names('resourceslices'))}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": name, "attributes": {k: typed(v) for k, v in attrs.items()}}
+                        for name, attrs in devices
+                    ],
+                },
+            },
+        )
 
     def add_queue(self, name: str) -> None:
         self.put("queues", {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue",

@@ -371,8 +371,12 @@ def test_deploy_files_validate_and_rbac_covers_what_the_client_does() -> None:
     role = next(d for d in docs if d["kind"] == "Role")
     granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
                for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
-    for verb, group, resource in KaiClient.PERMISSIONS:
-        assert (group, resource, verb) in granted, (verb, group, resource)
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    cluster_wide = {(g, r, v) for rule in cluster_role["rules"] for g in rule["apiGroups"]
+                    for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    for verb, group, resource in KaiClient.PERMISSIONS + KaiClient.DRA_PERMISSIONS:
+        assert (group, resource, verb) in granted | cluster_wide, (verb, group, resource)
+    assert ("resource.k8s.io", "resourceslices", "list") in cluster_wide  # cluster-scoped
     cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
     reads = {(g, r, v) for rule in cluster_role["rules"] for g in rule["apiGroups"]
              for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
@@ -394,3 +398,133 @@ def test_status_reports_why_the_gang_waits(api) -> None:
     assert any(r.startswith("PodGroup: Unschedulable") for r in status.reasons)
     kai.cancel(res.namespace, res.name)
     assert left_behind(double) == []
+
+
+# ---------------------------------------------------------------------------- DRA pinning
+def uuid_cluster() -> tsched.Cluster:
+    """The default preset with every GPU's UUID recorded (as NVML inventory records them)."""
+    from dataclasses import replace
+
+    base = tsched.load_cluster("dgx-h100-4node")
+    nodes = tuple(replace(n, gpu_uuids=tuple(f"GPU-{k}{i:02d}-aaaa" for i in range(8)))
+                  for k, n in enumerate(base.nodes))  # fmt: skip
+    return replace(base, nodes=nodes)
+
+
+def publish_gpus(double: ApiDouble, cluster: tsched.Cluster, with_index: bool = True) -> None:
+    """What the NVIDIA DRA driver publishes: one ResourceSlice per node, devices gpu-<i> with
+    their UUID (and, in drivers that have it, their index)."""
+    for n in cluster.nodes:
+        devices = []
+        for i in range(8):
+            uuid = n.gpu_uuids[i] if n.gpu_uuids else f"GPU-x-{n.name}-{i}"
+            attrs = {"type": "gpu", "uuid": uuid, "productName": "NVIDIA H100 80GB HBM3"}
+            if with_index:
+                attrs["index"] = i
+            devices.append((f"gpu-{i}", attrs))
+        double.add_slice(n.name, devices)
+
+
+def test_dra_claims_pin_the_planned_gpu_by_uuid_or_index() -> None:
+    from tsched.backends.kai import gpu_selector
+
+    plan = dgx_plan()
+    with_uuid = uuid_cluster()
+    objs = kai_manifests(plan, with_uuid, gpu_pinning="dra")
+    validate_objects(objs)
+    claims = [o for o in objs if o["kind"] == "ResourceClaim"]
+    pods = [o for o in objs if o["kind"] == "Pod"]
+    assert [o["kind"] for o in objs[:3]] == ["Service", "PodGroup", "ResourceClaim"]
+    assert len(claims) == len(pods) == len(plan.assignment)
+    for e, claim, pod in zip(plan.assignment, claims, pods):
+        uuid = with_uuid.nodes[with_uuid.node_index(e.node)].gpu_uuids[e.gpu]
+        request = claim["spec"]["devices"]["requests"][0]["exactly"]
+        assert request["deviceClassName"] == "gpu.nvidia.com" and request["count"] == 1
+        assert request["selectors"] == [{"cel": {"expression": gpu_selector(uuid, e.gpu)}}]
+        assert f"uuid == '{uuid}'" in request["selectors"][0]["cel"]["expression"]
+        assert pod["spec"]["resourceClaims"] == [
+            {"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]  # fmt: skip
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources == {"claims": [{"name": "gpu"}]}  # no device-plugin count
+        assert _pod_node_of(pod) == e.node  # still pinned to the planned node
+    # no UUIDs in the model: the index, on the node the pod is pinned to
+    plain = kai_manifests(plan, tsched.load_cluster("dgx-h100-4node"), gpu_pinning="dra")
+    expr = [o for o in plain if o["kind"] == "ResourceClaim"][0]["spec"]["devices"]["requests"][0]
+    assert expr["exactly"]["selectors"][0]["cel"]["expression"].endswith(
+        f"index == {plan.assignment[0].gpu}")  # fmt: skip
+    with pytest.raises(InputError, match="--gpu-pinning 'mig': expected one of device-plugin, dra"):
+        kai_manifests(plan, gpu_pinning="mig")
+    broken = json.loads(json.dumps(claims[0]))
+    del broken["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+    with pytest.raises(InputError, match="ResourceClaim .*does not deserialise"):
+        validate_objects([broken])
+
+
+def _pod_node_of(pod: dict) -> str:
+    affinity = pod["spec"]["affinity"]["nodeAffinity"]
+    terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+    return terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
+
+
+def test_dra_manifest_from_the_cli(tmp_path, capsys) -> None:
+    from tsched.formats.cluster_yaml import write_cluster
+
+    write_cluster(uuid_cluster(), tmp_path / "c.yaml")
+    code = main(["kai", "manifest", str(DATA / "plan-llama3-8b-dgx.json"), "--cluster",
+                 str(tmp_path / "c.yaml"), "--gpu-pinning", "dra"])  # fmt: skip
+    objs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert code == 0 and sum(o["kind"] == "ResourceClaim" for o in objs) == 16
+    assert all("GPU-" in o["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"][
+        "expression"] for o in objs if o["kind"] == "ResourceClaim")  # fmt: skip
+
+
+def test_dra_submit_preflight_rollback_adopt_and_cancel(api) -> None:
+    double, kai, cluster, _url = api
+    cluster = uuid_cluster()
+    objs = kai_manifests(dgx_plan(), cluster, gpu_pinning="dra")
+    # nothing published yet: preflight names the node before anything is created
+    problems = kai.preflight(objs, cluster)
+    assert any("publishes no gpu.nvidia.com devices" in p for p in problems), problems
+    publish_gpus(double, cluster)
+    assert kai.preflight(objs, cluster) == []
+    # a pod fails to create: the claims made before it go too, newest first
+    double.fail_create["pods"] = (3, 500)
+    with pytest.raises(ExecutorError, match=r"creating Pod .*-2: 500"):
+        kai.submit(objs)
+    assert double.names("resourceclaims") == [] and left_behind(double) == []
+    deletes = [p for m, p in double.requests if m == "DELETE"]
+    assert sum("/resourceclaims/" in p for p in deletes) == 16
+    double.fail_create.clear()
+    res = kai.submit(objs)
+    assert len(double.names("resourceclaims")) == 16 and res.adopted == []
+    again = kai.submit(objs)  # the same plan again: everything adopted, claims included
+    assert again.created == [] and sum(a.startswith("ResourceClaim") for a in again.adopted) == 16
+    deleted = kai.cancel(res.namespace, res.name)
+    assert sum(d.startswith("ResourceClaim") for d in deleted) == 16
+    assert double.names("resourceclaims") == [] and left_behind(double) == []
+
+
+def test_dra_preflight_names_missing_and_held_devices(api) -> None:
+    double, kai, _, _url = api
+    plain = tsched.load_cluster("dgx-h100-4node")
+    objs = kai_manifests(dgx_plan(), plain, gpu_pinning="dra")
+    publish_gpus(double, plain, with_index=False)  # today's driver: uuid, no index attribute
+    problems = kai.preflight(objs, plain)
+    assert problems and "no gpu.nvidia.com device with index '0'" in problems[0]
+    assert "need the GPU UUIDs in the cluster model" in problems[0]
+    cluster = uuid_cluster()
+    double.objects = {k: v for k, v in double.objects.items() if k[0] != "resourceslices"}
+    publish_gpus(double, cluster)
+    first = next(e for e in dgx_plan().assignment if e.worker == 0)
+    double.put("resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "someone-else", "namespace": "other"},
+        "spec": {"devices": {"requests": []}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": first.node,
+             "device": f"gpu-{first.gpu}"}]}}},
+    })  # fmt: skip
+    problems = kai.preflight(kai_manifests(dgx_plan(), cluster, gpu_pinning="dra"), cluster)
+    uuid = cluster.nodes[cluster.node_index(first.node)].gpu_uuids[first.gpu]
+    assert problems == [f"node {first.node!r}: GPU {uuid} (device gpu-{first.gpu}) is allocated "
+                        "to ResourceClaim someone-else"]  # fmt: skip

@@ -91,16 +91,19 @@ class NodeType:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A machine: its name, node type, group per network level, and busy local GPU indices."""
+    """A machine: its name, node type, group per network level, busy local GPU indices, and
+    (optionally, from NVML) each GPU's UUID in local index order."""
 
     name: str
     type: str
     at: Mapping[str, str] = field(default_factory=dict)
     busy: tuple[int, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "at", MappingProxyType(dict(self.at)))
         object.__setattr__(self, "busy", tuple(sorted({int(i) for i in self.busy})))
+        object.__setattr__(self, "gpu_uuids", tuple(str(u) for u in self.gpu_uuids))
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -339,6 +342,24 @@ class Cluster:
                         f"GPU index {b} out of range for node type "
                         f"{node.type!r} with {nt.gpus} GPUs (valid: 0..{nt.gpus - 1})",
                     )
+        uuids: dict[str, str] = {}
+        for i, node in enumerate(self.nodes):
+            if not node.gpu_uuids:
+                continue
+            gpus = self.node_types[node.type].gpus
+            if len(node.gpu_uuids) != gpus:
+                raise fail(
+                    f"nodes[{i}].gpu_uuids",
+                    f"{len(node.gpu_uuids)} UUIDs for node type {node.type!r} with {gpus} GPUs "
+                    "(one per GPU, in local index order)",
+                )
+            for uuid in node.gpu_uuids:
+                if uuid in uuids:
+                    raise fail(
+                        f"nodes[{i}].gpu_uuids",
+                        f"UUID {uuid!r} is also on node {uuids[uuid]!r} (a UUID names one GPU)",
+                    )
+                uuids[uuid] = node.name
         if len(self.nodes) > 1 and not self.levels:
             raise fail(
                 "levels",
@@ -392,7 +413,7 @@ class Cluster:
         for name in extra:
             self.node_index(name)
         nodes = tuple(
-            Node(n.name, n.type, n.at, tuple(set(n.busy) | extra.get(n.name, set())))
+            Node(n.name, n.type, n.at, tuple(set(n.busy) | extra.get(n.name, set())), n.gpu_uuids)
             for n in self.nodes
         )
         return Cluster(

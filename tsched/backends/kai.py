@@ -52,6 +52,9 @@ __all__ = [
     "JOB_LABEL",
     "PLAN_LABEL",
     "GPU_RESOURCE",
+    "GPU_PINNING",
+    "DRA_DEVICE_CLASS",
+    "gpu_selector",
     "DEFAULT_IMAGE",
     "job_name",
     "plan_hash",
@@ -74,6 +77,15 @@ RANK_LABEL = "tsched.io/rank"
 PLAN_LABEL = "tsched.io/plan-hash"
 PLANNED_GPU_ANNOTATION = "tsched.io/planned-gpu"
 GPU_RESOURCE = "nvidia.com/gpu"
+#: How a Pod gets its GPU: a count from the device plugin, or one exact device through a
+#: Dynamic Resource Allocation claim (``resource.k8s.io/v1``, GA in Kubernetes 1.34).
+GPU_PINNING = ("device-plugin", "dra")
+#: The NVIDIA DRA driver's DeviceClass for whole GPUs, and the domain of its device attributes.
+DRA_DEVICE_CLASS = "gpu.nvidia.com"
+DRA_DRIVER = "gpu.nvidia.com"
+CLAIM_API = ("resource.k8s.io", "v1")
+PLANNED_NODE_ANNOTATION = "tsched.io/planned-node"
+PLANNED_UUID_ANNOTATION = "tsched.io/planned-gpu-uuid"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
 DEFAULT_COMMAND = (
@@ -174,8 +186,11 @@ def kai_manifests(
     priority_class: str | None = None,
     master_port: int = 29500,
     topology: str | None = None,
+    gpu_pinning: str = "device-plugin",
+    device_class: str = DRA_DEVICE_CLASS,
 ) -> list[dict[str, Any]]:
-    """The objects that run ``plan`` under KAI: ``[Service, PodGroup, Pod × workers]``.
+    """The objects that run ``plan`` under KAI: ``[Service, PodGroup, Pod × workers]``, and with
+    ``gpu_pinning="dra"`` one ResourceClaim per worker before the Pods.
 
     Parameters
     ----------
@@ -189,6 +204,11 @@ def kai_manifests(
     topology : str, optional
         Name of the KAI ``Topology`` object; defaults to the one
         :func:`tsched.formats.k8s_topology.topology_object` makes for ``cluster``.
+    gpu_pinning : {"device-plugin", "dra"}
+        ``device-plugin`` (default): each Pod asks for one ``nvidia.com/gpu`` and the kubelet
+        picks which GPU of the node. ``dra``: each Pod references a ResourceClaim whose CEL
+        selector names exactly the planned GPU (:func:`gpu_selector`: its UUID when the
+        cluster model records it, its index otherwise), from ``device_class``.
 
     Examples
     --------
@@ -216,6 +236,9 @@ def kai_manifests(
             f"job name {job!r}: expected a DNS-1035 label of at most 52 characters "
             "(e.g. tsched-llama-0123456789)"
         )
+    if gpu_pinning not in GPU_PINNING:
+        raise InputError(f"--gpu-pinning {gpu_pinning!r}: expected one of {', '.join(GPU_PINNING)}")
+    dra = gpu_pinning == "dra"
     digest = plan_hash(plan)
     world = len(plan.assignment)
     cmd = list(command) if command else list(DEFAULT_COMMAND)
@@ -263,7 +286,12 @@ def kai_manifests(
     group_of = {w: g for g, ws in groups.items() for w in ws}
     master = f"{job}-0.{job}.{namespace}.svc"
     pods = []
+    claims = []
     for e in plan.assignment:
+        uuid = _planned_uuid(cluster, e.node, e.gpu) if dra else None
+        if dra:
+            claims.append(_claim(f"{job}-{e.worker}-gpu", namespace, base_labels, e.worker,
+                                 e.node, e.gpu, uuid, device_class))  # fmt: skip
         local = by_node[e.node]
         labels = {**base_labels, QUEUE_LABEL: queue, RANK_LABEL: str(e.worker),
                   POD_GROUP_ANNOTATION: job}  # fmt: skip
@@ -329,16 +357,98 @@ def kai_manifests(
                                 }
                             ],
                             "ports": [{"containerPort": master_port, "name": "rendezvous"}],
-                            "resources": {
-                                "limits": {GPU_RESOURCE: "1"},
-                                "requests": {GPU_RESOURCE: "1"},
-                            },
+                            "resources": (
+                                {"claims": [{"name": "gpu"}]}
+                                if dra
+                                else {
+                                    "limits": {GPU_RESOURCE: "1"},
+                                    "requests": {GPU_RESOURCE: "1"},
+                                }
+                            ),
                         }
                     ],
+                    **(
+                        {
+                            "resourceClaims": [
+                                {"name": "gpu", "resourceClaimName": f"{job}-{e.worker}-gpu"}
+                            ]
+                        }
+                        if dra
+                        else {}
+                    ),  # fmt: skip
                 },
             }
         )
-    return [service, podgroup, *pods]
+        if uuid:
+            pods[-1]["metadata"]["annotations"][PLANNED_UUID_ANNOTATION] = uuid
+    return [service, podgroup, *claims, *pods]
+
+
+def gpu_selector(uuid: str | None, index: int, driver: str = DRA_DRIVER) -> str:
+    """The CEL expression that selects exactly one GPU of the DRA driver ``driver``: by its
+    UUID (unique across the cluster) when known, else by its index on the node the Pod is
+    pinned to.
+
+    Examples
+    --------
+    >>> gpu_selector("GPU-1b2c", 3)
+    "device.attributes['gpu.nvidia.com'].uuid == 'GPU-1b2c'"
+    >>> gpu_selector(None, 3)
+    "device.attributes['gpu.nvidia.com'].index == 3"
+    """
+    if uuid:
+        if not re.fullmatch(r"[A-Za-z0-9-]+", uuid):
+            raise InputError(f"GPU UUID {uuid!r}: expected letters, digits and '-'")
+        return f"device.attributes['{driver}'].uuid == '{uuid}'"
+    return f"device.attributes['{driver}'].index == {int(index)}"
+
+
+def _planned_uuid(cluster: Cluster | None, node: str, gpu: int) -> str | None:
+    if cluster is None:
+        return None
+    uuids = cluster.nodes[cluster.node_index(node)].gpu_uuids
+    return uuids[gpu] if uuids else None
+
+
+def _claim(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    rank: int,
+    node: str,
+    gpu: int,
+    uuid: str | None,
+    device_class: str,
+) -> dict[str, Any]:
+    """One worker's ResourceClaim: exactly one device of ``device_class``, the planned GPU."""
+    annotations = {PLANNED_NODE_ANNOTATION: node, PLANNED_GPU_ANNOTATION: str(gpu)}
+    if uuid:
+        annotations[PLANNED_UUID_ANNOTATION] = uuid
+    return {
+        "apiVersion": "/".join(CLAIM_API),
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {**labels, RANK_LABEL: str(rank)},
+            "annotations": annotations,
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": device_class,
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                            "selectors": [{"cel": {"expression": gpu_selector(uuid, gpu)}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
 
 
 def queue_object(name: str, gpu_quota: float = -1, parent: str | None = None) -> dict[str, Any]:
@@ -380,6 +490,11 @@ def validate_objects(objects: Sequence[dict[str, Any]]) -> None:
             validate(obj)
         elif kind in ("Pod", "Service"):
             _deserialise(obj, f"V1{kind}", where)
+        elif kind == "ResourceClaim":
+            _deserialise(obj, "ResourceV1ResourceClaim", where)
+            requests = obj["spec"]["devices"]["requests"]
+            if len(requests) != 1 or requests[0].get("exactly", {}).get("count") != 1:
+                raise InputError(f"{where}: spec.devices.requests: expected one exact device")
         else:
             raise InputError(f"{where}: no contract to check a {kind!r} against")
 
@@ -470,6 +585,14 @@ class KaiClient:
         ("create", "scheduling.run.ai", "podgroups"),
         ("delete", "scheduling.run.ai", "podgroups"),
     )
+    #: What ``--gpu-pinning dra`` needs on top: claims in the namespace, and (cluster-wide)
+    #: reading the ResourceSlices in which drivers publish each node's devices.
+    DRA_PERMISSIONS = (
+        ("create", "resource.k8s.io", "resourceclaims"),
+        ("delete", "resource.k8s.io", "resourceclaims"),
+        ("list", "resource.k8s.io", "resourceclaims"),
+        ("list", "resource.k8s.io", "resourceslices"),
+    )
 
     def __init__(self, api_client: Any) -> None:
         from kubernetes import client
@@ -478,6 +601,7 @@ class KaiClient:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.authz = client.AuthorizationV1Api(api_client)
+        self.resource = client.ResourceV1Api(api_client)
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, context: str | None = None) -> KaiClient:
@@ -519,14 +643,75 @@ class KaiClient:
                 problems.append(f"queue {queue!r} does not exist (deploy/kai/queue.yaml)")
             else:
                 problems.append(f"queue {queue!r}: {_reason(exc)}")
-        for verb, group, resource in self.PERMISSIONS:
+        claims = [o for o in objects if o["kind"] == "ResourceClaim"]
+        for verb, group, resource in self.PERMISSIONS + (self.DRA_PERMISSIONS if claims else ()):
             if not self._allowed(verb, group, resource, namespace):
                 problems.append(
                     f"not allowed to {verb} {resource}{'.' + group if group else ''} in "
                     f"namespace {namespace!r} (deploy/kai/rbac.yaml)"
                 )
         problems += self._check_nodes([o for o in objects if o["kind"] == "Pod"], cluster)
+        if claims and not problems:
+            problems += self._check_devices(claims)
         return problems
+
+    def _check_devices(self, claims: list[dict[str, Any]]) -> list[str]:
+        """Every claim's planned GPU is published in a ResourceSlice of its node, and no other
+        claim holds it."""
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for claim in claims:
+            by_node.setdefault(
+                claim["metadata"]["annotations"][PLANNED_NODE_ANNOTATION], []
+            ).append(claim)
+        held = self._allocated_devices()
+        problems = []
+        for node, node_claims in sorted(by_node.items()):
+            slices = self.resource.list_resource_slice(field_selector=f"spec.nodeName={node}")
+            devices = {}  # (key, value) → (pool, device name)
+            for sl in slices.items:
+                if sl.spec.driver != DRA_DRIVER:
+                    continue
+                pool = sl.spec.pool.name if sl.spec.pool else node
+                for dev in sl.spec.devices or []:
+                    for attr, value in (dev.attributes or {}).items():
+                        key = attr.split("/", 1)[1] if attr.startswith(DRA_DRIVER + "/") else attr
+                        got = value.string if value.string is not None else value.int
+                        devices[(key, str(got))] = (pool, dev.name)
+            if not devices:
+                problems.append(
+                    f"node {node!r} publishes no {DRA_DRIVER} devices in any ResourceSlice "
+                    "(is the NVIDIA DRA driver installed there?)"
+                )
+                continue
+            for claim in node_claims:
+                notes = claim["metadata"]["annotations"]
+                uuid = notes.get(PLANNED_UUID_ANNOTATION)
+                want = ("uuid", uuid) if uuid else ("index", notes[PLANNED_GPU_ANNOTATION])
+                device = devices.get(want)
+                if device is None:
+                    hint = "" if uuid else (
+                        "; drivers that publish no 'index' attribute need the GPU UUIDs in the "
+                        "cluster model (tsched inventory local|ray records them)")  # fmt: skip
+                    problems.append(
+                        f"node {node!r}: no {DRA_DRIVER} device with {want[0]} {want[1]!r} for "
+                        f"ResourceClaim {claim['metadata']['name']}{hint}"
+                    )
+                elif device in held and held[device] != claim["metadata"]["name"]:
+                    problems.append(
+                        f"node {node!r}: GPU {want[1]} (device {device[1]}) is allocated to "
+                        f"ResourceClaim {held[device]}"
+                    )
+        return problems
+
+    def _allocated_devices(self) -> dict[tuple[str, str], str]:
+        """(pool, device) → the claim that holds it, over all namespaces."""
+        out = {}
+        for claim in self.resource.list_resource_claim_for_all_namespaces().items:
+            allocation = claim.status.allocation if claim.status else None
+            results = allocation.devices.results if allocation and allocation.devices else []
+            for r in results or []:
+                out[(r.pool, r.device)] = claim.metadata.name
+        return out
 
     def _allowed(self, verb: str, group: str, resource: str, namespace: str) -> bool:
         from kubernetes import client
@@ -547,9 +732,8 @@ class KaiClient:
         need: dict[str, int] = {}
         for pod in pods:
             node = _pod_node(pod)
-            need[node] = need.get(node, 0) + int(
-                pod["spec"]["containers"][0]["resources"]["requests"][GPU_RESOURCE]
-            )
+            requests = pod["spec"]["containers"][0]["resources"].get("requests", {})
+            need[node] = need.get(node, 0) + int(requests.get(GPU_RESOURCE, 0))
         expected: dict[str, dict[str, str]] = {}
         if cluster is not None:
             from tsched.formats.topograph import labels_from_cluster
@@ -573,6 +757,8 @@ class KaiClient:
                         f"node {node!r}: label {key}={labels.get(key)!r}, the cluster model says "
                         f"{value!r} (label the node or re-discover the model)"
                     )
+            if count == 0:  # DRA claims: the devices are checked against ResourceSlices
+                continue
             allocatable = int((obj.status.allocatable or {}).get(GPU_RESOURCE, 0))
             used = self._gpus_in_use(node)
             if allocatable - used < count:
@@ -606,7 +792,8 @@ class KaiClient:
         namespace = podgroup["metadata"]["namespace"]
         name = podgroup["metadata"]["name"]
         digest = podgroup["metadata"]["labels"][PLAN_LABEL]
-        order = sorted(objects, key=lambda o: ("Service", "PodGroup", "Pod").index(o["kind"]))
+        kinds = ("Service", "PodGroup", "ResourceClaim", "Pod")
+        order = sorted(objects, key=lambda o: kinds.index(o["kind"]))
         created: list[dict[str, Any]] = []
         adopted: list[str] = []
         try:
@@ -641,6 +828,8 @@ class KaiClient:
             self.core.create_namespaced_pod(ns, obj)
         elif obj["kind"] == "Service":
             self.core.create_namespaced_service(ns, obj)
+        elif obj["kind"] == "ResourceClaim":
+            self.resource.create_namespaced_resource_claim(ns, obj)
         else:
             self.custom.create_namespaced_custom_object(*PODGROUP_API[:2], ns, PODGROUP_API[2], obj)
 
@@ -650,6 +839,8 @@ class KaiClient:
             return self.core.read_namespaced_pod(name, ns).metadata.labels or {}
         if obj["kind"] == "Service":
             return self.core.read_namespaced_service(name, ns).metadata.labels or {}
+        if obj["kind"] == "ResourceClaim":
+            return self.resource.read_namespaced_resource_claim(name, ns).metadata.labels or {}
         got = self.custom.get_namespaced_custom_object(*PODGROUP_API[:2], ns, PODGROUP_API[2], name)
         return got.get("metadata", {}).get("labels") or {}
 
@@ -662,6 +853,8 @@ class KaiClient:
                 self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
             elif kind == "Service":
                 self.core.delete_namespaced_service(name, namespace)
+            elif kind == "ResourceClaim":
+                self.resource.delete_namespaced_resource_claim(name, namespace)
             else:
                 self.custom.delete_namespaced_custom_object(
                     *PODGROUP_API[:2], namespace, PODGROUP_API[2], name
@@ -783,12 +976,26 @@ class KaiClient:
         return state
 
     def cancel(self, namespace: str, name: str) -> list[str]:
-        """Delete the job's pods, PodGroup and Service; returns what was deleted."""
+        """Delete the job's pods, ResourceClaims, PodGroup and Service; returns what was
+        deleted."""
         pods, _rv = self._list(namespace, name)
         deleted = []
         for pod in sorted(pods, reverse=True):
             if self._delete("Pod", pod, namespace):
                 deleted.append(f"Pod {pod}")
+        from kubernetes.client.rest import ApiException
+
+        try:
+            claims = self.resource.list_namespaced_resource_claim(
+                namespace, label_selector=f"{JOB_LABEL}={name}"
+            ).items
+        except ApiException as exc:  # a cluster without the DRA API: no claims to delete
+            if exc.status not in (403, 404):
+                raise
+            claims = []
+        for claim in sorted((c.metadata.name for c in claims), reverse=True):
+            if self._delete("ResourceClaim", claim, namespace):
+                deleted.append(f"ResourceClaim {claim}")
         for kind in ("PodGroup", "Service"):
             if self._delete(kind, name, namespace):
                 deleted.append(f"{kind} {name}")

@@ -28,6 +28,8 @@ def _objects(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Any]:
         name=args.name,
         priority_class=args.priority_class,
         master_port=args.master_port,
+        gpu_pinning=args.gpu_pinning,
+        device_class=args.device_class,
     )
     import importlib.util
 
@@ -146,6 +148,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
+    from tsched.backends.kai import DRA_DEVICE_CLASS, GPU_PINNING
+
     p = sub.add_parser("kai", help="run a plan under the KAI Scheduler (Kubernetes)")
     kai = p.add_subparsers(dest="kai_command", metavar="ACTION", parser_class=type(p))
     kai.required = True
@@ -160,6 +164,19 @@ def add_parsers(sub: Any) -> None:
         q.add_argument("--name", default=None, help="job name (default: from the plan)")
         q.add_argument("--priority-class", default=None, help="priorityClassName")
         q.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
+        q.add_argument(
+            "--gpu-pinning",
+            choices=GPU_PINNING,
+            default="device-plugin",
+            help="device-plugin: a GPU count per pod (the kubelet picks which); dra: one "
+            "ResourceClaim per worker naming exactly the planned GPU (Kubernetes >= 1.34 with "
+            "the NVIDIA DRA driver)",
+        )
+        q.add_argument(
+            "--device-class",
+            default=DRA_DEVICE_CLASS,
+            help=f"DeviceClass of the claims (default {DRA_DEVICE_CLASS})",
+        )
         q.set_defaults(cmd_argv=None)
 
     def api_args(q: argparse.ArgumentParser) -> None:

@@ -207,7 +207,9 @@ def inventory(
         for level in at:
             if level not in level_names:
                 level_names.append(level)
-        cluster_nodes.append(Node(node_name, node_type.name, at))
+        gpus = sorted((record.get("nvml") or {}).get("gpus") or [], key=lambda g: g["index"])
+        uuids = tuple(g["uuid"] for g in gpus) if gpus and all(g.get("uuid") for g in gpus) else ()
+        cluster_nodes.append(Node(node_name, node_type.name, at, gpu_uuids=uuids))
         result.node_ids[node_name] = info["NodeID"]
     if not cluster_nodes:
         return result

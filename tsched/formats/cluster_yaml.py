@@ -127,17 +127,22 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
             spec,
             where,
             required=("name", "type"),
-            optional=("at", "busy"),
+            optional=("at", "busy", "gpu_uuids"),
             example="{name: node001, type: dgx-h100, at: {leaf: l0}}",
         )
         at = _groups(ck, spec.get("at", {}), join(where, "at"))
         busy = _indices(ck, spec.get("busy", []), join(where, "busy"))
+        uuids = [
+            ck.string(u, join(where, f"gpu_uuids[{k}]"))
+            for k, u in enumerate(ck.sequence(spec.get("gpu_uuids", []), join(where, "gpu_uuids")))
+        ]
         nodes.append(
             Node(
                 ck.string(spec["name"], join(where, "name")),
                 ck.string(spec["type"], join(where, "type")),
                 at,
                 busy,
+                tuple(uuids),
             )
         )
     counters: dict[str, int] = {}
@@ -312,6 +317,8 @@ def cluster_to_dict(cluster: Cluster) -> dict[str, Any]:
             entry["at"] = dict(n.at)
         if n.busy:
             entry["busy"] = list(n.busy)
+        if n.gpu_uuids:
+            entry["gpu_uuids"] = list(n.gpu_uuids)
         nodes.append(entry)
     return {
         "tsched": CLUSTER_VERSION,

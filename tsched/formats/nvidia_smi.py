@@ -284,8 +284,10 @@ def cluster_from_topo(
     host: str = "node0",
     gpu_model: str | None = None,
     memory_gb: float = 0.0,
+    gpu_uuids: tuple[str, ...] = (),
 ) -> Cluster:
-    """A one-node cluster from one machine's matrix (join several with network levels later)."""
+    """A one-node cluster from one machine's matrix (join several with network levels later);
+    ``gpu_uuids`` (from NVML, local index order) are recorded on the node."""
     node_type, links, provenance = node_type_from_topo(topo, "node", gpu_model, memory_gb)
     notes = ", ".join(f"{k}: {v}" for k, v in sorted(provenance.items()))
     return Cluster(
@@ -293,7 +295,7 @@ def cluster_from_topo(
         links=links,
         levels=(),
         node_types={node_type.name: node_type},
-        nodes=(Node(host, node_type.name),),
+        nodes=(Node(host, node_type.name, gpu_uuids=tuple(gpu_uuids)),),
         source="nvidia-smi topo -m",
         description=f"from nvidia-smi topo -m; link figures {notes}",
     )

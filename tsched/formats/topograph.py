@@ -228,15 +228,13 @@ def _with_node_types(cluster: Cluster, node_types: dict[str, NodeType]) -> Clust
     """The cluster with the given nodes switched to their own node types."""
     from dataclasses import replace
 
-    from tsched.cluster import Node
-
     types = dict(cluster.node_types)
     for node_type in node_types.values():
         if node_type.name in types and types[node_type.name] != node_type:
             raise InputError(f"{cluster.source}: two node types named {node_type.name!r}")
         types[node_type.name] = node_type
     nodes = tuple(
-        Node(n.name, node_types[n.name].name, n.at, n.busy) if n.name in node_types else n
+        replace(n, type=node_types[n.name].name) if n.name in node_types else n
         for n in cluster.nodes
     )
     used = {n.type for n in nodes}
