@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import MODELS, small_cluster
+from conftest import DATA, MODELS, small_cluster
 
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import InputError
@@ -198,3 +198,34 @@ def test_small_cluster_helper_matches_yaml_form() -> None:
     assert int(c.free_mask().sum()) == 15 and c.gpu_id("n2", 3) == 11
     with pytest.raises(InputError, match="GPUs 0..3, not 4"):
         c.gpu_id("n2", 4)
+
+
+def test_gpu_uuids_are_recorded_checked_and_round_trip(tmp_path) -> None:
+    from dataclasses import replace
+
+    import tsched
+    from tsched.formats.cluster_yaml import read_cluster, write_cluster
+
+    base = tsched.load_cluster("dgx-h100-4node")
+    nodes = tuple(replace(n, gpu_uuids=tuple(f"GPU-{k}-{i}" for i in range(8)))
+                  for k, n in enumerate(base.nodes))  # fmt: skip
+    cluster = replace(base, nodes=nodes)
+    write_cluster(cluster, tmp_path / "c.yaml")
+    back = read_cluster(tmp_path / "c.yaml")
+    assert [n.gpu_uuids for n in back.nodes] == [n.gpu_uuids for n in nodes]
+    assert back.with_busy({"node001": [3]}).nodes[0].gpu_uuids == nodes[0].gpu_uuids
+    with pytest.raises(tsched.InputError, match=r"nodes\[1\]\.gpu_uuids.*7 UUIDs for node type"):
+        replace(base, nodes=(nodes[0], replace(nodes[1], gpu_uuids=nodes[1].gpu_uuids[:7]),
+                             *nodes[2:]))  # fmt: skip
+    with pytest.raises(tsched.InputError, match=r"UUID 'GPU-0-0' is also on node 'node001'"):
+        replace(base, nodes=(nodes[0], replace(nodes[1], gpu_uuids=nodes[0].gpu_uuids),
+                             *nodes[2:]))  # fmt: skip
+
+
+def test_nvml_records_put_uuids_on_the_node() -> None:
+    from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo
+
+    text = (DATA / "nvidia-smi-topo" / "hgx-h200-8gpu-10nic.txt").read_text()
+    uuids = tuple(f"GPU-h200-{i}" for i in range(8))
+    cluster = cluster_from_topo(parse_topo(text, "t"), "h200", gpu_uuids=uuids)
+    assert cluster.nodes[0].gpu_uuids == uuids
