@@ -72,6 +72,23 @@ def test_start_argv_of_a_head_and_of_a_joining_node() -> None:
     assert "--num-gpus=8" in every
 
 
+def test_label_values_are_made_valid_and_bad_node_names_refused() -> None:
+    from dataclasses import replace
+
+    base = tsched.load_cluster("dgx-h100-4node")
+    types = {k: replace(t, gpu_model="NVIDIA H100 80GB HBM3") for k, t in base.node_types.items()}
+    odd = replace(base, node_types=types,
+                  nodes=(replace(base.nodes[0], at={"leaf": "rack 7/a", "spine": "s0"}),
+                         *base.nodes[1:]))  # fmt: skip
+    argv = ray_start_argv(odd, "node001", "h:1")
+    labels = dict(kv.split("=") for kv in argv[4].removeprefix("--labels=").split(","))
+    assert labels["tsched.io/gpu-model"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["tsched.io/leaf"] == "rack-7-a"
+    bad = replace(base, nodes=(replace(base.nodes[0], name="node 1"), *base.nodes[1:]))
+    with pytest.raises(tsched.InputError, match="node 'node 1': not usable as the Ray label"):
+        ray_start_argv(bad, "node 1", "h:1")
+
+
 def test_start_lines_make_the_first_node_the_head_unless_told() -> None:
     cluster = tsched.load_cluster("dgx-h100-4node")
     lines = ray_start_lines(cluster)

@@ -154,13 +154,20 @@ def ray_start_argv(
     import json
 
     index = cluster.node_index(node)
+    if _label_value(node) != node:
+        raise InputError(
+            f"node {node!r}: not usable as the Ray label {NODE_LABEL} (at most 63 letters, "
+            "digits, '-', '_' or '.', starting and ending with a letter or digit)"
+        )
     node_type = cluster.node_type_of(index)
     busy = set(cluster.nodes[index].busy) if leave_out_busy else set()
     gpus = [i for i in range(int(cluster.gpus_per_node[index])) if i not in busy]
     resources = {gpu_resource(node, i): 1 for i in gpus}
-    labels = {NODE_LABEL: node, **{f"tsched.io/{k}": v for k, v in cluster.nodes[index].at.items()}}
+    labels = {NODE_LABEL: node}
+    for level, group in cluster.nodes[index].at.items():
+        labels[f"tsched.io/{_label_value(level)}"] = _label_value(group)
     if node_type.gpu_model:
-        labels["tsched.io/gpu-model"] = node_type.gpu_model
+        labels["tsched.io/gpu-model"] = _label_value(node_type.gpu_model)
     if node_type.memory_gb:
         labels["tsched.io/gpu-memory-gb"] = f"{node_type.memory_gb:g}"
     where = [f"--address={head}"] if head else ["--head", f"--port={int(head_port)}"]
@@ -173,6 +180,14 @@ def ray_start_argv(
         "--resources=" + json.dumps(resources, separators=(",", ":")),
         *extra,
     ]
+
+
+def _label_value(text: str) -> str:
+    """``text`` as a valid Ray (Kubernetes-style) label value: other characters become '-', at
+    most 63, starting and ending with a letter or digit (``NVIDIA H100 80GB`` →
+    ``NVIDIA-H100-80GB``)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", str(text))[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
 def ray_start_flags(cluster: Any, node: str, head_address: str | None = "HEAD:6379") -> str:
