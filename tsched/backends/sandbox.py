@@ -113,7 +113,7 @@ def up(
     port, dashboard, client = free_port(), free_port(), free_port()
     # Ray's socket paths must stay under 107 bytes: a short folder of its own under /tmp
     temp_dir = tempfile.mkdtemp(prefix=f"tsched-sb-{port}-")
-    # Ray >= 2.5x turns token authentication on for a head whenever ~/.ray/auth_token exists
+    # Ray (2.60) turns token authentication on for a head whenever ~/.ray/auth_token exists
     # (any earlier local ray.init() writes one), and then every client must be set up for it;
     # the sandbox runs without, explicitly, so its clients need nothing
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
@@ -173,7 +173,7 @@ def up(
         atomic_write_text(folder / _STATE, _json(state))
     except BaseException:
         _stop(temp_dir, [n["pgid"] for n in nodes])
-        _remove_state(folder, temp_dir)
+        _remove_state(folder, temp_dir, keep_logs=True)  # the error names a log: keep it
         raise
     return state
 
@@ -292,13 +292,14 @@ def _stop(temp_dir: str, groups: Sequence[int], grace: float = 3.0) -> int:
     return len(procs)
 
 
-def _remove_state(folder: Path, temp_dir: str) -> None:
+def _remove_state(folder: Path, temp_dir: str, keep_logs: bool = False) -> None:
     for name in (_STATE, _CLUSTER):
         try:
             (folder / name).unlink()
         except FileNotFoundError:
             pass
-    shutil.rmtree(folder / "logs", ignore_errors=True)
+    if not keep_logs:
+        shutil.rmtree(folder / "logs", ignore_errors=True)
     if temp_dir and Path(temp_dir).name.startswith("tsched-sb-"):
         shutil.rmtree(temp_dir, ignore_errors=True)
 
