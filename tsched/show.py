@@ -532,12 +532,13 @@ def _html(pic: Picture, plan: Plan) -> str:
     """One self-contained page: an inline SVG whose every GPU square has a tooltip (worker,
     GPU, traffic), the bars as a table, and the plan itself as JSON."""
     colors = _colors(len(pic.group_names))
-    unit = max(6.0, min(18.0, 1400.0 / max(pic.width, 1.0)))
+    unit = max(6.0, min(26.0, 1400.0 / max(pic.width, 1.0)))
     label_nodes = pic.labelled
     left = 70.0 if label_nodes else 10.0
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + (pic.width + 1) * unit:.0f}" '
-        f'height="{(pic.height + 1) * unit:.0f}" font-family="sans-serif">'
+        f'height="{(pic.height + 2) * unit:.0f}" font-family="sans-serif">'
+        f'<g transform="translate(0,{unit:.1f})">'
     ]
 
     def px(v: float, offset: float = 0.0) -> str:
@@ -588,7 +589,7 @@ def _html(pic: Picture, plan: Plan) -> str:
                 f'stroke-width="{0.5 + 5 * (gb / top) ** 0.5:.2f}"><title>{gb:.4g} GB per '
                 f"iteration over {html.escape(link)}</title></path>"
             )
-    parts.append("</svg>")
+    parts.append("</g></svg>")
     rows = "".join(
         f"<tr><td>{html.escape(k)}</td><td>{pic.traffic_by_link.get(k, 0.0):.4g}</td>"
         f"<td>{pic.cost_by_link.get(k, 0.0):.4g}</td></tr>"
