@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +81,24 @@ def brute_force(problem: PlacementProblem) -> tuple[float, np.ndarray]:
             best, arg = value, a
     assert arg is not None
     return best, arg
+
+
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections at host:port now."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, int(port))) == 0
+
+
+def with_marks(*marks):
+    """A decorator that applies every one of ``marks`` (one name for a family of live tests)."""
+
+    def apply(test):
+        for mark in marks:
+            test = mark(test)
+        return test
+
+    return apply
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
 import pytest
+from conftest import listening, with_marks
 
 import tsched
 from tsched.backends.dynamo import (
@@ -143,21 +143,12 @@ def test_example_service_specs_parse() -> None:
 
 
 # ---------------------------------------------------------------------------- live
-def live(test):
-    """Real Dynamo processes on the session's local Ray cluster."""
-    for mark in (
-        pytest.mark.ray,
-        pytest.mark.dynamo,
-        pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)"),
-    ):
-        test = mark(test)
-    return test
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+#: Real Dynamo processes on the session's local Ray cluster.
+live = with_marks(
+    pytest.mark.ray,
+    pytest.mark.dynamo,
+    pytest.mark.skipif(not HAS_DYNAMO, reason="Dynamo not installed (scripts/install-dynamo)"),
+)
 
 
 def alive(pid: int | None) -> bool:

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import MODELS
+from conftest import MODELS, listening, with_marks
 
 import tsched
 from tsched.backends.ray import gpu_resource, ray_start_argv, ray_start_lines
@@ -24,15 +23,12 @@ HAS_RAY = all(
 )  # fmt: skip
 
 
-def live(test):
-    """Starts real raylets with `ray start` (several seconds each)."""
-    for mark in (
-        pytest.mark.sandbox,
-        pytest.mark.slow,
-        pytest.mark.skipif(not HAS_RAY, reason="needs ray and psutil (pip install 'tsched[ray]')"),
-    ):
-        test = mark(test)
-    return test
+#: Starts real raylets with `ray start` (several seconds each).
+live = with_marks(
+    pytest.mark.sandbox,
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAS_RAY, reason="needs ray and psutil (pip install 'tsched[ray]')"),
+)
 
 
 @pytest.fixture
@@ -177,17 +173,15 @@ def test_a_sandbox_that_is_gone_is_named_in_the_error(sandbox_dir, tmp_path, cap
 
 
 # ------------------------------------------------------------------------------ live
+def _port_host(address: str) -> tuple[int, str]:
+    host, _, port = address.rpartition(":")
+    return int(port), host
+
+
 def sandbox_processes(temp_dir: str, groups: list[int]) -> list:
     from tsched.backends.sandbox import sandbox_processes as find
 
     return find(temp_dir, groups)
-
-
-def listening(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, int(port))) == 0
 
 
 @live
@@ -214,7 +208,7 @@ def test_up_status_down_on_every_preset_that_fits(
         state = json.loads(out)
         assert state["cluster"] == name and len(state["nodes"]) == cluster.n_nodes
         address, temp_dir = state["address"], state["temp_dir"]
-        assert listening(address)
+        assert listening(*_port_host(address))
         # a second sandbox is refused while this one is up
         code, _, err = run_cli(capsys, "sandbox", "up", "--cluster", name, "--quiet")
         assert code == 3 and f"already up at {address}" in err
@@ -228,7 +222,7 @@ def test_up_status_down_on_every_preset_that_fits(
         assert code == 0 and f"sandbox of {name} at {address} is down" in out
         groups = [n["pgid"] for n in state["nodes"]]
         assert not sandbox_processes(temp_dir, groups), f"{name}: processes left behind"
-        assert not listening(address) and not Path(temp_dir).exists()
+        assert not listening(*_port_host(address)) and not Path(temp_dir).exists()
         assert not (sandbox_dir / "sandbox.json").exists()
         assert run_cli(capsys, "sandbox", "down")[:2] == (0, "no sandbox was up\n")
 

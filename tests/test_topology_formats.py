@@ -238,7 +238,7 @@ def test_a_node_list_with_only_tier_0_and_mixed_gpu_counts() -> None:
     assert back["l40s-a"] == {"fabric.topograph.run/tier-0": "lldp-66778899aabb"}
 
 
-def test_the_labellers_tier_0_and_1_with_a_hashed_switch_id(tmp_path) -> None:
+def test_the_labellers_tier_0_and_1_with_a_hashed_switch_id() -> None:
     cluster = read_nodes_json(TG / "nodes-tier0-tier1-hashed.json")
     assert cluster.levels == ("leaf", "spine")
     assert partition_of(cluster, "leaf") == {

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, listening
 
 from tsched.backends.guardian import pid_alive
 
@@ -55,12 +54,6 @@ def fact_for(command: str) -> str:
     key = next((k for k in FACTS if command.startswith(k)), None)
     assert key is not None, f"walkthrough step {command!r} has no fact in FACTS"
     return FACTS[key]
-
-
-def listening(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
 
 
 def test_the_walkthrough_block_is_where_the_test_looks() -> None:

@@ -205,8 +205,6 @@ def ray_start_lines(
     ``<its name>:6379`` (node names taken as host names, as Slurm and Kubernetes use them).
     """
     names = list(nodes) if nodes else [n.name for n in cluster.nodes]
-    for name in names:
-        cluster.node_index(name)  # a clear error for an unknown name
     first = cluster.nodes[0].name
     join = head or f"{first}:{RAY_HEAD_PORT}"
     return [
@@ -255,7 +253,7 @@ def live_problems(plan: Plan) -> list[str]:
         if resource not in (info.get("Resources") or {}):
             problems.append(
                 f"worker {e.worker}: node {e.node!r} does not advertise {resource} "
-                f"(start it with the flags of `ray_start_flags`)"
+                f"(start it with the line `tsched ray start-flags` prints)"
             )
         elif available.get(info["NodeID"], {}).get(resource, 0.0) < 1.0:
             problems.append(f"worker {e.worker}: GPU {e.gpu} of {e.node!r} is busy")

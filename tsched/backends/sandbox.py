@@ -15,8 +15,9 @@ never another Ray on the machine, as ``ray stop`` would. The state (address, clu
 process groups) is written to :func:`tsched.discovery.ray.sandbox_dir`, where every command that
 talks to Ray finds the address when none is given.
 
-Each raylet with its agents takes about 250 MB and a few seconds of CPU to start, so the sandbox
-refuses models with more than ``max_nodes`` nodes (8 by default); raise it on a larger machine.
+Each raylet with its agents takes about 330 MB (RSS; a 4-node sandbox, head included, 1.3 GB)
+and a few seconds of CPU to start, so the sandbox refuses models with more than ``max_nodes``
+nodes (8 by default); raise it on a larger machine.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def up(
     if cluster.n_nodes > max_nodes:
         raise InputError(
             f"cluster {cluster.name!r} has {cluster.n_nodes:,} nodes; the sandbox starts one "
-            f"raylet per node (about 250 MB each) and allows at most {max_nodes} "
+            f"raylet per node (about 330 MB each) and allows at most {max_nodes} "
             f"(raise --max-nodes on a larger machine, or use a smaller model)"
         )
     state = sandbox_state()

@@ -124,12 +124,9 @@ def _local(args: argparse.Namespace) -> Any:
         record = nvml.collect()
         from tsched.discovery.nvml import topo_from_record
 
-        gpus = sorted(record["gpus"], key=lambda g: g["index"])
-        return cluster_from_topo(
-            topo_from_record(record), host, gpus[0]["name"], float(gpus[0]["memory_gb"]),
-            tuple(g["uuid"] for g in gpus if g.get("uuid")) if all(g.get("uuid") for g in gpus)
-            else (),
-        )  # fmt: skip
+        gpus = record["gpus"]
+        return cluster_from_topo(topo_from_record(record), host, gpus[0]["name"],
+                                 float(gpus[0]["memory_gb"]), nvml.gpu_uuids(record))  # fmt: skip
     except DiscoveryError as exc:
         reasons.append(f"NVML: {exc}")
     exe = shutil.which("nvidia-smi")

@@ -16,7 +16,7 @@ from typing import Any
 from tsched.errors import DiscoveryError
 from tsched.formats.nvidia_smi import TopoMatrix
 
-__all__ = ["collect", "topo_from_record", "ANCESTOR_TOKENS"]
+__all__ = ["collect", "gpu_uuids", "topo_from_record", "ANCESTOR_TOKENS"]
 
 #: nvmlGpuTopologyLevel_t → nvidia-smi token.
 ANCESTOR_TOKENS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -91,6 +91,13 @@ def _bus(bus_id: str) -> str:
     """Normalise a PCI bus id: NVML pads the domain to 8 digits (00000000:18:00.0)."""
     domain, _, rest = bus_id.lower().partition(":")
     return f"{int(domain, 16):04x}:{rest}" if rest else bus_id.lower()
+
+
+def gpu_uuids(record: dict[str, Any]) -> tuple[str, ...]:
+    """The UUIDs of a :func:`collect` record's GPUs in index order; empty unless every GPU has
+    one (a cluster model records all of a node's UUIDs or none)."""
+    gpus = sorted(record.get("gpus") or [], key=lambda g: g["index"])
+    return tuple(g["uuid"] for g in gpus) if gpus and all(g.get("uuid") for g in gpus) else ()
 
 
 def topo_from_record(record: dict[str, Any]) -> TopoMatrix:

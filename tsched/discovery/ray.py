@@ -39,7 +39,7 @@ from typing import Any
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import DiscoveryError, InputError
 from tsched.formats.nccl_tests import apply_measurement, utc_now
-from tsched.formats.topology import DEFAULT_LEVEL_GBPS, default_node_type
+from tsched.formats.topology import ACCELERATOR_LEVELS, DEFAULT_LEVEL_GBPS, default_node_type
 
 __all__ = [
     "RayInventory",
@@ -110,12 +110,8 @@ def connect(address: str | None, error: type[Exception] = DiscoveryError) -> Any
     if ray.is_initialized():
         return ray
     target = address or default_address()
-    sandbox = sandbox_state()
-    hint = (
-        " (the sandbox's address: is it still up? tsched sandbox status)"
-        if address is None and sandbox is not None and target == sandbox["address"]
-        else ""
-    )
+    from_sandbox = address is None and not os.environ.get("RAY_ADDRESS") and target != "auto"
+    hint = " (the sandbox's address: is it still up? tsched sandbox status)" if from_sandbox else ""
     host, _, port = target.rpartition(":")
     if host and port.isdigit() and "://" not in target:
         try:
@@ -207,8 +203,9 @@ def inventory(
         for level in at:
             if level not in level_names:
                 level_names.append(level)
-        gpus = sorted((record.get("nvml") or {}).get("gpus") or [], key=lambda g: g["index"])
-        uuids = tuple(g["uuid"] for g in gpus) if gpus and all(g.get("uuid") for g in gpus) else ()
+        from tsched.discovery.nvml import gpu_uuids
+
+        uuids = gpu_uuids(record.get("nvml") or {})
         cluster_nodes.append(Node(node_name, node_type.name, at, gpu_uuids=uuids))
         result.node_ids[node_name] = info["NodeID"]
     if not cluster_nodes:
@@ -218,7 +215,7 @@ def inventory(
     if len(cluster_nodes) > 1 and not order:
         order = ["network"]  # no labels: every pair of nodes meets on one network level
     for level in order:
-        gbps = DEFAULT_LEVEL_GBPS["nvl" if level in ("nvl", "nvl-sub") else "network"]
+        gbps = DEFAULT_LEVEL_GBPS["nvl" if level in ACCELERATOR_LEVELS else "network"]
         links[level] = LinkClass(level, gbps, 0.0, "default")
     result.cluster = Cluster(
         name=name,

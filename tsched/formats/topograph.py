@@ -221,7 +221,7 @@ def cluster_from_labels(
             elif chain[k - 1] not in kids:
                 kids.append(chain[k - 1])
     cluster = cluster_from_tree(tree, name, source, node_type, intra_link)
-    return _with_node_types(cluster, node_types or {}) if node_types else cluster
+    return _with_node_types(cluster, node_types) if node_types else cluster
 
 
 def _with_node_types(cluster: Cluster, node_types: dict[str, NodeType]) -> Cluster:
@@ -250,8 +250,8 @@ def _gpu_spec(
     item: dict[str, Any], labels: dict[str, str], where: str
 ) -> tuple[int, str, float] | None:
     """(GPU count, model, memory GB) a Node object states, or None when it says nothing."""
-    status = item.get("status") if isinstance(item.get("status"), dict) else {}
-    capacity = (status or {}).get("capacity") or {}
+    status = item.get("status")
+    capacity = (status.get("capacity") if isinstance(status, dict) else None) or {}
     raw = capacity.get(GPU_RESOURCE, labels.get(GPU_COUNT_LABEL))
     if raw is None:
         return None
@@ -308,7 +308,9 @@ def read_nodes_json(
             same = count == base.gpus and (not model or model == base.gpu_model)
             if same and not memory:
                 continue
-            type_name = f"{count}x{model or base.gpu_model}".replace(" ", "-")
+            # one name per distinct (count, model, memory): two types never share a name
+            type_name = f"{count}x{model or base.gpu_model}" + (f"-{memory:g}GB" if memory else "")
+            type_name = type_name.replace(" ", "-")
             types[node] = NodeType(type_name, count, model or base.gpu_model, memory,
                                    intra=link.name if count > 1 else None)  # fmt: skip
     return cluster_from_labels(nodes, name, source, node_type, intra_link, types)
