@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from conftest import MODELS
 
+import tsched
 from tsched.errors import InputError
 from tsched.formats.workload_yaml import parse_workload_text, read_workload, write_workload
 from tsched.workload import Layout, ModelSpec, PoolSpec, ServingSpec, Workload
@@ -97,11 +98,16 @@ def test_explicit_edges_sum_and_drop_self_traffic() -> None:
 def test_model_files_load_and_round_trip(tmp_path) -> None:
     for path in sorted((MODELS / "workloads").glob("*.yaml")):
         w = read_workload(path)
-        assert w.workers >= 1 and w.total_gb > 0, path
+        assert w.workers >= 1 and (w.total_gb > 0 or w.gpu_costs is not None), path
         out = tmp_path / path.name
         write_workload(w, out)
         back = read_workload(out)
         assert back.workers == w.workers
+        if w.gpu_costs is not None:
+            cluster = tsched.presets.cluster("dgx-h100-4node")
+            gpus = np.arange(cluster.n_gpus)
+            table = w.gpu_costs.table(cluster, w.workers, gpus)
+            assert np.array_equal(back.gpu_costs.table(cluster, w.workers, gpus), table)
         assert (
             np.allclose(back.traffic_matrix(), w.traffic_matrix())
             if w.workers <= 512

@@ -25,9 +25,9 @@ tsched: cluster/v1
 name: dgx-h100-4node
 description: 4 DGX H100 (NVSwitch, 8 x 400 Gb/s NICs) on 2 leaves under 1 spine; 2 GPUs busy
 links:
-  nvlink: {bandwidth: 450, latency: 2}
-  leaf:   {bandwidth: 50, latency: 5}
-  spine:  {bandwidth: 50, latency: 8}
+  nvlink: {bandwidth: 450, latency: 2, provenance: advertised}
+  leaf:   {bandwidth: 50, latency: 5, provenance: advertised}
+  spine:  {bandwidth: 50, latency: 8, provenance: advertised}
 levels: [leaf, spine]
 node_types:
   dgx-h100:
@@ -46,9 +46,9 @@ tsched: cluster/v1
 name: leaf-spine-64
 description: 2 leaves x 4 DGX H100 nodes x 8 GPUs, all free
 links:
-  nvlink: {bandwidth: 450, latency: 2}
-  leaf:   {bandwidth: 50, latency: 5}
-  spine:  {bandwidth: 25, latency: 8}
+  nvlink: {bandwidth: 450, latency: 2, provenance: advertised}
+  leaf:   {bandwidth: 50, latency: 5, provenance: advertised}
+  spine:  {bandwidth: 25, latency: 8, provenance: advertised}
 levels: [leaf, spine]
 node_types:
   dgx-h100: {gpus: 8, gpu: {model: H100, memory_gb: 80}, intra: nvlink, nics: {count: 8, gbps: 400}}
@@ -60,9 +60,9 @@ tsched: cluster/v1
 name: pcie-8gpu
 description: one 2-socket PCIe Gen4 server, 8 GPUs in pairs under PCIe switches
 links:
-  PIX:  {bandwidth: 24, latency: 2}
-  NODE: {bandwidth: 20, latency: 3}
-  SYS:  {bandwidth: 12, latency: 5}
+  PIX:  {bandwidth: 24, latency: 2, provenance: default}
+  NODE: {bandwidth: 20, latency: 3, provenance: default}
+  SYS:  {bandwidth: 12, latency: 5, provenance: default}
 node_types:
   pcie8:
     gpus: 8
@@ -84,9 +84,9 @@ tsched: cluster/v1
 name: gb200-nvl72-2rack
 description: 2 GB200 NVL72 racks (18 trays x 4 GPUs, NVLink 5 across the rack), one leaf
 links:
-  nvlink: {bandwidth: 900, latency: 2}
-  nvl:    {bandwidth: 900, latency: 3}
-  leaf:   {bandwidth: 50, latency: 5}
+  nvlink: {bandwidth: 900, latency: 2, provenance: advertised}
+  nvl:    {bandwidth: 900, latency: 3, provenance: advertised}
+  leaf:   {bandwidth: 50, latency: 5, provenance: advertised}
 levels: [nvl, leaf]
 node_types:
   gb200-tray:

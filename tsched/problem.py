@@ -9,8 +9,8 @@ objective is
         + Σ_i C[i, assignment[i]]
 
 with D in seconds per GB, so it is the serialised communication time per iteration in seconds.
-The linear term C is only used for raw QAPs whose flow matrix has a non-zero diagonal
-(QAPLIB's definition charges A[i, i] · B[p(i), p(i)]).
+The linear term C (n × m, seconds) holds a workload's per-GPU costs (``gpu_costs``, DESIGN.md §3)
+and, for raw QAPs whose flow matrix has a non-zero diagonal, QAPLIB's A[i, i] · B[p(i), p(i)].
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ __all__ = [
     "check_assignment",
 ]
 
+#: Key of the per-GPU costs in :func:`cost_by_link`.
+GPU_COSTS_KEY = "gpu_costs"
 #: Largest location count for which a dense (m, m) distance matrix is built on demand.
 DENSE_DISTANCE_LIMIT = 20_000
 
@@ -108,6 +110,9 @@ class PlacementProblem:
                 f"{cluster.name!r} has {len(usable)} usable of {cluster.n_gpus} "
                 f"({', '.join(parts)})"
             )
+        linear = None
+        if workload.gpu_costs is not None:
+            linear = _readonly(workload.gpu_costs.table(cluster, workload.workers, usable))
         return cls(
             name=f"{workload.name}@{cluster.name}",
             n_workers=workload.workers,
@@ -117,7 +122,40 @@ class PlacementProblem:
             gb=workload.gb,
             cluster=cluster,
             workload=workload,
+            linear=linear,
             infeasible_reason=reason,
+        )
+
+    def restrict(
+        self, workers: np.ndarray, locations: np.ndarray | None = None, name: str | None = None
+    ) -> PlacementProblem:
+        """The sub-problem of ``workers`` (renumbered 0 … k−1 in the given order) on a subset
+        of this problem's ``locations`` (indices into :attr:`locations`; default all).
+
+        Traffic to workers left out is dropped, so this is exact for a set of workers that
+        forms whole connected components of the traffic graph.
+        """
+        workers = np.asarray(workers, dtype=np.int64)
+        locs = np.arange(self.n_locations) if locations is None else np.asarray(locations)
+        new_id = np.full(self.n_workers, -1, dtype=np.int64)
+        new_id[workers] = np.arange(len(workers))
+        keep = (new_id[self.src] >= 0) & (new_id[self.dst] >= 0)
+        k, m = len(workers), len(locs)
+        reason = "" if k <= m else f"{self.name}: {k} workers but {m} locations left"
+        given = None if self.given_distance is None else self.given_distance[np.ix_(locs, locs)]
+        linear = None if self.linear is None else self.linear[np.ix_(workers, locs)]
+        return PlacementProblem(
+            name=name or f"{self.name}[{k} workers]",
+            n_workers=k,
+            locations=_readonly(self.locations[locs]),
+            src=_readonly(new_id[self.src[keep]]),
+            dst=_readonly(new_id[self.dst[keep]]),
+            gb=_readonly(self.gb[keep]),
+            cluster=self.cluster,
+            workload=None,
+            linear=None if linear is None else _readonly(linear),
+            infeasible_reason=reason,
+            given_distance=None if given is None else _readonly(given),
         )
 
     @classmethod
@@ -245,6 +283,21 @@ class PlacementProblem:
         assert self.cluster is not None
         return self.cluster.pair_seconds_per_gb(self.locations[loc_a], self.locations[loc_b])
 
+    def components(self) -> list[np.ndarray]:
+        """Connected components of the traffic graph (direction ignored), as sorted worker
+        arrays: heaviest total traffic first, then larger, then by first worker; workers with
+        no traffic at all are each a component of their own, last (cached)."""
+        cached = self._cache.get("components")
+        if cached is None:
+            from scipy.sparse.csgraph import connected_components
+
+            count, label = connected_components(self.flow_symmetric(), directed=False)
+            weight = np.bincount(label[self.src], weights=self.gb, minlength=count)
+            groups = [np.flatnonzero(label == c) for c in range(count)]
+            cached = sorted(groups, key=lambda g: (-weight[label[g[0]]], -len(g), int(g[0])))
+            self._cache["components"] = cached
+        return cached
+
     def location_node(self) -> np.ndarray:
         """Node index per location (for a raw QAP every location is its own node)."""
         if self.cluster is None:
@@ -346,7 +399,8 @@ def cost_by_link(problem: PlacementProblem, assignment: np.ndarray) -> dict[str,
     """Objective split by the link class that carries each edge (seconds per iteration).
 
     For raw QAPs (no cluster) everything is reported under ``"qap"``. Classes that carry no
-    traffic are omitted; values sum to :func:`objective`.
+    traffic are omitted; a workload's per-GPU costs are reported under ``"gpu_costs"``; values
+    sum to :func:`objective`.
     """
     a = np.asarray(assignment, dtype=np.int64)
     if problem.cluster is None:
@@ -356,7 +410,10 @@ def cost_by_link(problem: PlacementProblem, assignment: np.ndarray) -> dict[str,
     links = cl.pair_link_index(gpus[problem.src], gpus[problem.dst]).astype(np.int64)
     cost = problem.gb * cl.link_seconds_per_gb[links]
     sums = np.bincount(links, weights=cost, minlength=len(cl.link_names))
-    return {cl.link_names[k]: float(sums[k]) for k in np.flatnonzero(sums)}
+    out = {cl.link_names[k]: float(sums[k]) for k in np.flatnonzero(sums)}
+    if problem.linear is not None:
+        out[GPU_COSTS_KEY] = float(problem.linear[np.arange(problem.n_workers), a].sum())
+    return out
 
 
 def _incident(problem: PlacementProblem, workers: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ __all__ = [
     "ServingSpec",
     "PoolSpec",
     "Workload",
+    "GpuCosts",
     "layout_traffic",
     "serving_traffic",
     "canonical_traffic",
@@ -39,6 +40,8 @@ __all__ = [
 PARALLEL_DIMS = ("tp", "cp", "ep", "dp", "pp")
 #: Megatron's default rank order, innermost (fastest-varying) dimension first.
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+#: Largest workers × GPUs table of per-GPU costs tsched builds (8 bytes each: 256 MiB).
+GPU_COSTS_MAX_ENTRIES = 2**25
 
 
 def _readonly(array: np.ndarray) -> np.ndarray:
@@ -184,6 +187,109 @@ class ServingSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuCosts:
+    """Per-worker × GPU linear costs in seconds per iteration (DESIGN.md §3, ``gpu_costs``).
+
+    Preferences that do not interact: worker ``w`` on a GPU costs ``seconds`` whatever the other
+    workers do (a NIC or memory locality, a GPU that is slower for this job). Given either as
+    entries (``worker``, ``node`` name, ``gpu`` index on the node or -1 for each GPU of the node,
+    ``seconds``; pairs not listed cost 0, repeated pairs add up) or as a dense ``matrix`` of workers × the cluster's GPUs in
+    the cluster's GPU order. Node names and the matrix's width are checked against the cluster
+    when a problem is built (:meth:`table`). ``source`` names the file or field in errors.
+    """
+
+    worker: np.ndarray | None = None
+    node: tuple[str, ...] | None = None
+    gpu: np.ndarray | None = None
+    seconds: np.ndarray | None = None
+    matrix: np.ndarray | None = field(default=None, repr=False)
+    source: str = "gpu_costs"
+    file: str = ""  # the .npy file a matrix was read from (written back by write_workload)
+
+    def __post_init__(self) -> None:
+        if (self.matrix is None) == (self.worker is None):
+            raise InputError(f"{self.source}: give either entries or a matrix")
+        values = self.matrix if self.matrix is not None else self.seconds
+        if values is None or not np.all(np.isfinite(values)):
+            raise InputError(f"{self.source}: costs must be finite numbers of seconds")
+
+    @property
+    def n_entries(self) -> int:
+        return int(self.matrix.size if self.matrix is not None else len(self.seconds))  # type: ignore[arg-type]
+
+    def check_workers(self, workers: int, name: str) -> None:
+        """Every entry names a worker in 0 … workers−1 (or the matrix has ``workers`` rows)."""
+        if self.matrix is not None:
+            if self.matrix.shape[0] != workers:
+                raise InputError(
+                    f"{self.source}: {self.matrix.shape[0]} rows but workload {name!r} has "
+                    f"{workers} workers (expected workers × cluster GPUs)"
+                )
+            return
+        assert self.worker is not None
+        bad = np.flatnonzero((self.worker < 0) | (self.worker >= workers))
+        if len(bad):
+            raise InputError(
+                f"{self.source}[{bad[0]}].worker: {self.worker[bad[0]]} is not a worker of "
+                f"{name!r} (0..{workers - 1})"
+            )
+
+    def table(self, cluster: Any, workers: int, locations: np.ndarray) -> np.ndarray:
+        """Dense (workers, len(locations)) costs over the given cluster GPUs (global indices).
+
+        Raises :class:`InputError` for a node the cluster does not have, a GPU index past the
+        node's GPUs, a matrix whose width is not the cluster's GPU count, or a table larger
+        than :data:`GPU_COSTS_MAX_ENTRIES`.
+        """
+        m = len(locations)
+        if workers * m > GPU_COSTS_MAX_ENTRIES:
+            raise InputError(
+                f"{self.source}: per-GPU costs for {workers} workers on {m} GPUs would need a "
+                f"{workers}×{m} table ({workers * m * 8 / 2**20:.0f} MiB; at most "
+                f"{GPU_COSTS_MAX_ENTRIES * 8 // 2**20} MiB): restrict the cluster"
+            )
+        if self.matrix is not None:
+            if self.matrix.shape[1] != cluster.n_gpus:
+                raise InputError(
+                    f"{self.source}: {self.matrix.shape[1]} columns but cluster "
+                    f"{cluster.name!r} has {cluster.n_gpus} GPUs (expected workers × cluster "
+                    f"GPUs, in the cluster's GPU order)"
+                )
+            return np.ascontiguousarray(self.matrix[:, locations], dtype=np.float64)
+        assert self.node is not None and self.gpu is not None and self.worker is not None
+        index = {node.name: k for k, node in enumerate(cluster.nodes)}
+        node_ids = np.empty(len(self.node), dtype=np.int64)
+        for k, name in enumerate(self.node):
+            if name not in index:
+                raise InputError(
+                    f"{self.source}[{k}].node: cluster {cluster.name!r} has no node {name!r}"
+                )
+            node_ids[k] = index[name]
+        per_node = cluster.gpus_per_node[node_ids]
+        bad = np.flatnonzero(self.gpu >= per_node)
+        if len(bad):
+            k = int(bad[0])
+            raise InputError(
+                f"{self.source}[{k}].gpu: node {self.node[k]!r} has GPUs 0..{per_node[k] - 1}, "
+                f"got {self.gpu[k]}"
+            )
+        whole = self.gpu < 0  # a whole-node entry stands for each of the node's GPUs
+        reps = np.where(whole, per_node, 1)
+        entry = np.repeat(np.arange(len(self.gpu)), reps)
+        first = np.repeat(np.cumsum(reps) - reps, reps)
+        local = np.where(whole[entry], np.arange(len(entry)) - first, self.gpu[entry])
+        glob = cluster.node_offset[node_ids[entry]] + local
+        column = np.full(cluster.n_gpus, -1, dtype=np.int64)
+        column[locations] = np.arange(m)
+        col = column[glob]
+        keep = col >= 0  # costs on GPUs the workload cannot use do not matter
+        out = np.zeros((workers, m))
+        rows, values = self.worker[entry][keep], self.seconds[entry][keep]  # type: ignore[index]
+        np.add.at(out, (rows, col[keep]), values)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """Workers, the traffic between them, and placement constraints.
 
@@ -210,6 +316,7 @@ class Workload:
     serving: ServingSpec | None = None
     roles: tuple[str, ...] | None = field(default=None, repr=False)
     description: str = field(default="", compare=False, repr=False)
+    gpu_costs: GpuCosts | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -224,6 +331,8 @@ class Workload:
             raise InputError(
                 f"workload {self.name!r}: {len(self.roles)} roles for {self.workers} workers"
             )
+        if self.gpu_costs is not None:
+            self.gpu_costs.check_workers(self.workers, self.name)
         if self.memory_gb is not None and not self.memory_gb >= 0:
             raise InputError(
                 f"workload {self.name!r}: constraints.memory_gb must be >= 0, got {self.memory_gb}"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from tsched.cli._common import (
@@ -40,6 +42,7 @@ def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
 def cmd_solve(args: argparse.Namespace) -> int:
     import tsched
     from tsched.plan import plan_table, write_plan
+    from tsched.problem import GPU_COSTS_KEY
 
     cluster = tsched.load_cluster(args.cluster)
     if args.max_age is not None:
@@ -51,36 +54,110 @@ def cmd_solve(args: argparse.Namespace) -> int:
     result = _solve_and_report(problem, args)
     plan = result.plan()
     ok = result.assignment is not None
-    if ok and args.output:
+    validation = None
+    if ok and args.validate_against:
+        validation = live_validation(plan, args.validate_against, args)
+    write = ok and (validation is None or validation["valid"])
+    if write and args.output:
         write_plan(plan, args.output)
-    if ok and args.picture:
+    if write and args.picture:
         from tsched.show import write_picture
 
         write_picture(plan, cluster, args.picture, workload, color_by=args.color_by)
+    doc = None
+    if args.explain:
+        from tsched.explain import explain
+
+        doc = explain(problem, result, method=args.method, time_limit=args.time_limit,
+                      validation=validation)  # fmt: skip
     if args.json:
-        print(plan.to_json(), end="")
+        out_doc = plan.to_dict()
+        if validation is not None:
+            out_doc["validation"] = validation
+        if doc is not None:
+            out_doc["explain"] = doc
+        print(json.dumps(out_doc, indent=2))
     else:
         from rich.console import Console
 
         out = Console(highlight=False)
-        out.print(cluster.describe())
-        out.print(workload.describe())
+        if doc is not None:
+            from rich.markup import escape
+
+            from tsched.explain import explain_lines
+
+            for line in explain_lines(doc):
+                out.print(escape(line), soft_wrap=True)
+        else:
+            out.print(cluster.describe())
+            out.print(workload.describe())
         if ok:
             out.print(plan_table(plan))
             out.print(result_line(result, " s/iteration", " s"), soft_wrap=True)
-            split = ", ".join(f"{k} {v:.4g} s" for k, v in plan.cost_by_link.items())
+            links = {k: v for k, v in plan.cost_by_link.items() if k != GPU_COSTS_KEY}
+            split = ", ".join(f"{k} {v:.4g} s" for k, v in links.items())
             out.print(f"communication by link: {split or 'none'}")
+            if GPU_COSTS_KEY in plan.cost_by_link:
+                out.print(f"per-GPU costs: {plan.cost_by_link[GPU_COSTS_KEY]:.4g} s")
+            if validation is not None and doc is None:
+                verdict = "valid" if validation["valid"] else "drift"
+                out.print(f"live check against {validation['against']}: {verdict}")
         else:
             out.print(f"status {result.status}: {result.message}")
-    if not args.quiet and args.output and ok and not args.json:
+    if not args.quiet and args.output and write and not args.json:
         stderr_console(False).print(f"plan written to {args.output}")
-    if not args.quiet and args.picture and ok and not args.json:
+    if not args.quiet and args.picture and write and not args.json:
         stderr_console(False).print(f"picture written to {args.picture}")
     if not ok:
         if not args.json:
             sys.stderr.write(f"tsched: {result.status}: {result.message}\n")
         return EXIT_INFEASIBLE
+    if not write:
+        assert validation is not None
+        first = validation["problems"][0]
+        more = len(validation["problems"]) - 1
+        sys.stderr.write(
+            f"tsched: plan not written: it does not hold on {validation['against']}: {first}"
+            + (f" (and {more} more)" if more else "") + "\n"
+        )
+        return EXIT_INFEASIBLE
     return EXIT_OK
+
+
+#: What ``--validate-against`` reads as a Ray address rather than a file.
+_RAY_ADDRESS = re.compile(r"^(ray|auto|sandbox|ray://.+|[A-Za-z0-9_.\-]+:\d+)$")
+
+
+def live_validation(plan: Any, against: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The drift check of ``plan`` against a cluster file or a live Ray cluster.
+
+    ``against`` is a cluster in any format ``tsched validate`` reads, or a Ray address
+    (``ray``/``sandbox``: the default address, ``auto``, ``HOST:PORT``, ``ray://…``). Returns
+    ``{"against", "valid", "problems"}``.
+    """
+    path = Path(against)
+    if path.exists() or not _RAY_ADDRESS.match(against):
+        from tsched.cli.discovery import read_any_cluster
+        from tsched.plan import validate_plan
+
+        hardware = argparse.Namespace(gpus=8, gpu_model="H100", memory_gb=0.0, intra_gbps=450.0,
+                                      host=None)  # fmt: skip
+        current = read_any_cluster(against, hardware)
+        drift = validate_plan(plan, current)
+        problems = [f"worker {d.worker} on {d.node} GPU {d.gpu}: {d.reason}" for d in drift]
+        return {"ran": True, "against": f"{against} ({current.name})", "valid": not drift,
+                "problems": problems}  # fmt: skip
+    from tsched.backends.ray import live_problems
+    from tsched.discovery.ray import connect, default_address
+
+    address = default_address() if against in ("ray", "sandbox") else against
+    ray = connect(None if against in ("ray", "sandbox") else address)
+    try:
+        problems = live_problems(plan)
+    finally:
+        ray.shutdown()
+    return {"ran": True, "against": f"Ray at {address}", "valid": not problems,
+            "problems": problems}  # fmt: skip
 
 
 def cmd_qap(args: argparse.Namespace) -> int:
@@ -206,6 +283,18 @@ def add_parsers(sub: Any) -> None:
     from tsched.cli.show import add_color_by
 
     add_color_by(p)
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print the five checkpoints: spec, objective, interaction test, solver class, "
+        "live validation (with --json: the 'explain' member)",
+    )
+    p.add_argument(
+        "--validate-against",
+        metavar="CLUSTER|RAY",
+        help="check the plan against this cluster file or Ray address (ray, auto, HOST:PORT) "
+        "before writing it; drift: nothing written, exit 1",
+    )
     p.add_argument(
         "--max-age",
         type=float,

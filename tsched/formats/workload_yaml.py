@@ -12,6 +12,13 @@ A workload file gives exactly one traffic source:
 
 Optional ``constraints: {gpu_models: [H100, H200], memory_gb: 60}`` restrict the GPUs a worker may
 use (allowed models; minimum GPU memory per worker in GB).
+
+Optional per-GPU linear costs (seconds per iteration; preferences that do not interact, such as a
+NIC or memory locality): ``gpu_costs: [{worker, node, gpu, seconds}, …]`` (``gpu`` left out:
+every GPU of the node; pairs not listed cost 0) or ``gpu_costs_file:`` a ``.npy`` table of
+workers × the cluster's GPUs in the cluster's GPU order. With either, the traffic source may be
+left out (``workers`` is then required): a workload with no pairwise traffic is a linear
+assignment problem.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from tsched.errors import InputError
 from tsched.formats._check import Checker, join
 from tsched.workload import (
     DEFAULT_ORDER,
+    GpuCosts,
     PARALLEL_DIMS,
     Layout,
     ModelSpec,
@@ -49,7 +57,17 @@ __all__ = [
 
 WORKLOAD_VERSION = "workload/v1"
 _SOURCES = ("layout", "serving", "traffic", "traffic_matrix", "traffic_file")
-_TOP_KEYS = ("tsched", "name", "description", "workers", "model", "constraints", *_SOURCES)
+_COST_KEYS = ("gpu_costs", "gpu_costs_file")
+_TOP_KEYS = (
+    "tsched",
+    "name",
+    "description",
+    "workers",
+    "model",
+    "constraints",
+    *_SOURCES,
+    *_COST_KEYS,
+)
 _MODEL_KEYS = (
     "params_b",
     "hidden",
@@ -129,12 +147,20 @@ def workload_from_dict(data: Any, source: str = "workload", base: Path | None = 
         raise ck.fail("tsched", f"expected {WORKLOAD_VERSION!r}, got {doc['tsched']!r}")
     name = ck.string(doc["name"], "name")
     given = [k for k in _SOURCES if k in doc]
+    costs = [k for k in _COST_KEYS if k in doc]
+    if len(costs) > 1:
+        raise ck.fail("", "give at most one of gpu_costs, gpu_costs_file (found both)")
+    if not given and costs:
+        given = ["traffic"]  # per-GPU costs only: no pairwise traffic
+        doc = {**doc, "traffic": []}
     if len(given) != 1:
         what = "none" if not given else ", ".join(given)
         raise ck.fail("", f"give exactly one of {', '.join(_SOURCES)} (found: {what})")
     kind = given[0]
     extra: dict[str, Any] = {"description": str(doc.get("description", ""))}
     extra.update(_constraints(ck, doc.get("constraints")))
+    if costs:
+        extra["gpu_costs"] = _gpu_costs(ck, doc, costs[0], base)
 
     if kind in ("layout", "serving"):
         if "model" not in doc:
@@ -170,13 +196,59 @@ def workload_from_dict(data: Any, source: str = "workload", base: Path | None = 
         src, dst, gb, workers = _traffic_file(ck, path, doc.get("workers"))
         return Workload(name, workers, src, dst, gb, **extra)
     if "workers" not in doc:
-        raise ck.fail("", "explicit 'traffic' needs 'workers' (the number of workers)")
+        what = "per-GPU costs without traffic need" if costs else "explicit 'traffic' needs"
+        raise ck.fail("", f"{what} 'workers' (the number of workers)")
     workers = ck.integer(doc["workers"], "workers", minimum=1)
     src, dst, gb = _edges(ck, doc["traffic"])
     try:
         return Workload(name, workers, src, dst, gb, **extra)
     except InputError as exc:
         raise InputError(f"{source}: {str(exc).split(': ', 1)[-1]}") from exc
+
+
+def _gpu_costs(ck: Checker, doc: Any, key: str, base: Path | None) -> GpuCosts:
+    """``gpu_costs`` entries or a ``gpu_costs_file`` table, as :class:`GpuCosts`."""
+    if key == "gpu_costs_file":
+        path = Path(ck.string(doc[key], key))
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        where = f"{key} ({path})"
+        if path.suffix != ".npy":
+            raise ck.fail(key, f"expected a .npy table of workers × cluster GPUs, got {path}")
+        try:
+            matrix = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise ck.fail(key, f"file not found: {path}") from None
+        except (OSError, ValueError) as exc:
+            raise ck.fail(key, f"cannot read {path}: {exc}") from exc
+        if matrix.ndim != 2 or not np.issubdtype(matrix.dtype, np.number):
+            raise ck.fail(where, f"expected a 2-D numeric table, got shape {matrix.shape}")
+        matrix = np.asarray(matrix, dtype=np.float64)
+        bad = np.argwhere(~np.isfinite(matrix))
+        if len(bad):
+            i, j = bad[0]
+            raise ck.fail(f"{where}[{i}][{j}]", f"must be a finite number of seconds, got "
+                          f"{matrix[i, j]}")  # fmt: skip
+        return GpuCosts(matrix=matrix, source=f"{ck.source}: {where}", file=str(path.resolve()))
+    rows = ck.sequence(doc[key], key, example="[{worker: 0, node: node001, gpu: 0, seconds: 0.5}]")
+    worker, node, gpu, seconds = [], [], [], []
+    for i, row in enumerate(rows):
+        where = join(key, i)
+        entry = ck.mapping(
+            row, where, required=("worker", "node", "seconds"), optional=("gpu",),
+            example="{worker: 0, node: node001, gpu: 0, seconds: 0.5}",
+        )  # fmt: skip
+        worker.append(ck.integer(entry["worker"], join(where, "worker"), minimum=0))
+        node.append(ck.string(entry["node"], join(where, "node")))
+        gpu.append(ck.integer(entry.get("gpu", -1), join(where, "gpu"), minimum=-1))
+        seconds.append(ck.number(entry["seconds"], join(where, "seconds")))
+    return GpuCosts(
+        worker=np.array(worker, dtype=np.int64),
+        node=tuple(node),
+        gpu=np.array(gpu, dtype=np.int64),
+        seconds=np.array(seconds, dtype=np.float64),
+        source=f"{ck.source}: {key}",
+    )
 
 
 def _constraints(ck: Checker, value: Any) -> dict[str, Any]:
@@ -443,6 +515,21 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
         constraints["memory_gb"] = _num(workload.memory_gb)
     if constraints:
         doc["constraints"] = constraints
+    costs = workload.gpu_costs
+    if costs is not None and costs.matrix is not None:
+        if not costs.file:
+            raise InputError(
+                f"workload {workload.name!r}: a gpu_costs table is written as gpu_costs_file; "
+                "save it as .npy and set GpuCosts.file"
+            )
+        doc["gpu_costs_file"] = costs.file
+    elif costs is not None:
+        assert costs.worker is not None and costs.gpu is not None and costs.node is not None
+        doc["gpu_costs"] = [
+            {"worker": int(w), "node": n, **({"gpu": int(g)} if g >= 0 else {}),
+             "seconds": float(t)}
+            for w, n, g, t in zip(costs.worker, costs.node, costs.gpu, costs.seconds)  # type: ignore[arg-type]
+        ]  # fmt: skip
     return doc
 
 

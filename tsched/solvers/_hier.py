@@ -60,6 +60,8 @@ def hierarchical_view(problem: PlacementProblem) -> tuple[HierarchicalView | Non
     cl = problem.cluster
     if cl is None:
         return None, "no cluster hierarchy (raw QAP)"
+    if problem.linear is not None:
+        return None, "per-GPU costs (gpu_costs) make a node's GPUs distinct"
     locs = problem.locations
     node_of_loc = cl.gpu_node[locs]
     nodes, capacity = np.unique(node_of_loc, return_counts=True)

@@ -220,6 +220,8 @@ def local_search(
     type_cost,
     order,
     max_passes,
+    lin,
+    pref_node,
 ):  # pragma: no cover - compiled
     """Best-improvement exchanges and moves restricted to locations that can change the cost.
 
@@ -227,7 +229,12 @@ def local_search(
     nodes its traffic partners sit on: an occupied one is an exchange, a free one a move. The
     best strictly improving candidate is applied. ``assign`` (worker → location) and ``occ``
     (location → worker or -1) are updated in place. Returns (total change, moves made).
+
+    Per-GPU linear costs: ``lin`` (workers, locations) adds ``lin[i, location]`` to the cost
+    and ``pref_node[i]`` (a node index, or -1) adds the node of worker i's cheapest GPU to its
+    candidates; pass a (0, 0) ``lin`` when there are none.
     """
+    has_lin = lin.shape[0] > 0
     n = assign.shape[0]
     n_nodes = node_first.shape[0]
     stamp = np.full(n_nodes, -1, dtype=np.int64)
@@ -237,6 +244,10 @@ def local_search(
     total = 0.0
     for e in range(w.shape[0]):
         total += w[e]
+    if has_lin:
+        for r in range(lin.shape[0]):
+            for c in range(lin.shape[1]):
+                total += abs(lin[r, c]) / lin.shape[1]
     eps = 1e-12 * max(total, 1.0)
     mark = 0
     for _ in range(max_passes):
@@ -256,6 +267,10 @@ def local_search(
                     stamp[nd] = mark
                     cand[n_cand] = nd
                     n_cand += 1
+            if has_lin and pref_node[i] >= 0 and stamp[pref_node[i]] != mark:
+                stamp[pref_node[i]] = mark
+                cand[n_cand] = pref_node[i]
+                n_cand += 1
             best, best_q = -eps, -1
             for c in range(n_cand):
                 nd = cand[c]
@@ -272,6 +287,10 @@ def local_search(
                             indptr, indices, w, assign, j, i, q, p,
                             loc_node, loc_local, node_cost, node_type, type_cost,
                         )  # fmt: skip
+                    if has_lin:
+                        delta += lin[i, q] - lin[i, p]
+                        if j >= 0:
+                            delta += lin[j, p] - lin[j, q]
                     if delta < best:
                         best, best_q = delta, q
             if best_q >= 0:

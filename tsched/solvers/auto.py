@@ -1,5 +1,15 @@
 """``method="auto"``: pick a method by size and structure, and record why.
 
+0. The interaction test. Without pairwise traffic the problem is a linear assignment (only
+   per-GPU costs): scipy's ``linear_sum_assignment`` solves it exactly (``lap``). When the
+   traffic graph falls into independent connected components (two jobs in one workload, a
+   serving pool's replicas), they are planned one after another — heaviest traffic first, each
+   on the GPUs the earlier ones left, with a share of the time by size — and workers with no
+   traffic last, as one linear assignment. The bound is the larger of the whole problem's
+   and the sum of each component's own bound on all free GPUs. Instances small enough for
+   branch and bound (step 2) are solved whole instead, to keep the proof; past
+   :data:`COMPONENTS_MAX` components they are planned together (the partitioner keeps them
+   apart anyway).
 1. Run the topology-aware greedy (fast at any size) and compute the best lower bound
    (:func:`tsched.solvers.bounds.best_bound`). If they meet, the greedy plan is proved optimal.
 2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound.
@@ -15,7 +25,8 @@
 5. The best plan found stands, with the best bound and its gap.
 
 The choice and the reason are in ``result.stats["auto_choice"]`` / ``["auto_reason"]`` and in
-the message. Without a time limit, ``auto`` allows itself :data:`DEFAULT_TIME_LIMIT` seconds.
+the message; ``["auto_steps"]`` lists every stage run, in order, with its method, seconds and
+objective (what ``tsched solve --explain`` shows). Without a time limit, ``auto`` allows itself :data:`DEFAULT_TIME_LIMIT` seconds.
 """
 
 from __future__ import annotations
@@ -24,13 +35,15 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import hierarchical_view
-from tsched.solvers.bounds import best_bound
+from tsched.solvers.bounds import best_bound, linear_floor
 from tsched.solvers.hierarchical import sparse_refine
 from tsched.solvers.registry import SolverOutput, get_solver, keep_better, register
 
-__all__ = ["auto", "DEFAULT_TIME_LIMIT", "BNB_MAX", "CPSAT_MAX_WORKERS"]
+__all__ = ["auto", "DEFAULT_TIME_LIMIT", "BNB_MAX", "CPSAT_MAX_WORKERS", "COMPONENTS_MAX"]
 
 DEFAULT_TIME_LIMIT = 10.0
 #: Largest flat QAP handed to branch and bound.
@@ -39,6 +52,28 @@ BNB_MAX = 16
 CPSAT_MAX_WORKERS = 256
 #: Largest worker count improved by tabu search (its moves scan a k × k delta matrix).
 TABU_MAX_WORKERS = 1024
+#: Most traffic components planned one after another (more are planned together).
+COMPONENTS_MAX = 64
+
+
+class _Steps:
+    """What auto ran, in order: stage, method, seconds and objective."""
+
+    def __init__(self, problem: PlacementProblem) -> None:
+        self.problem = problem
+        self.rows: list[dict[str, Any]] = []
+        self.mark = time.perf_counter()
+
+    def add(self, stage: str, method: str, out: SolverOutput | None, **extra: Any) -> None:
+        now = time.perf_counter()
+        value = None
+        if out is not None and out.assignment is not None:
+            value = objective(self.problem, out.assignment)
+        row = {"stage": stage, "method": method, "seconds": round(now - self.mark, 4)}
+        row["objective"] = value
+        extra = {k: float(v) if isinstance(v, np.floating) else v for k, v in extra.items()}
+        self.rows.append({**row, **extra})
+        self.mark = now
 
 
 @register(
@@ -51,23 +86,99 @@ def auto(
 ) -> SolverOutput:
     start = time.perf_counter()
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
+    steps = _Steps(problem)
+    if problem.n_edges == 0:
+        out = get_solver("lap").fn(problem, time_limit=limit, seed=seed, options={})
+        steps.add("interaction test: no pairwise traffic", "lap", out)
+        why = "no pairwise traffic: a linear assignment, solved exactly"
+        return _choose(out, "lap", why, steps)
+    parts = problem.components()
+    linked = [c for c in parts if len(c) > 1]
+    if len(parts) > 1 and len(linked) <= COMPONENTS_MAX and not _small_flat(problem):
+        return _by_component(problem, parts, start, limit, seed, steps)
+    return _single(problem, start, limit, seed, steps)
+
+
+def _by_component(
+    problem: PlacementProblem,
+    parts: list[np.ndarray],
+    start: float,
+    limit: float,
+    seed: int,
+    steps: _Steps,
+) -> SolverOutput:
+    """Plan independent traffic components one after another (step 0 of the module doc)."""
+    linked = [c for c in parts if len(c) > 1]
+    alone = np.concatenate([c for c in parts if len(c) == 1] or [np.zeros(0, np.int64)])
+    free = np.ones(problem.n_locations, dtype=bool)
+    assignment = np.empty(problem.n_workers, dtype=np.int64)
+    bound_sum = 0.0
+    methods = []
+    for k, workers in enumerate(linked):
+        left = limit - (time.perf_counter() - start)
+        share = max(0.05, left * len(workers) / sum(len(c) for c in linked[k:]))
+        whole = problem.restrict(workers)
+        part_bound, _ = best_bound(whole)
+        bound_sum += part_bound if part_bound is not None else -np.inf
+        locs = np.flatnonzero(free)
+        sub = problem.restrict(workers, locs)
+        out = auto(sub, time_limit=share, seed=seed, options={})
+        used = out.method or "auto"
+        methods.append(used)
+        assignment[workers] = locs[out.assignment]
+        free[locs[out.assignment]] = False
+        steps.add(
+            f"component {k + 1} of {len(linked)} ({len(workers)} workers)",
+            used,
+            None,
+            objective=objective(sub, out.assignment),
+            bound=part_bound,
+            inner=out.stats.get("auto_steps", []),
+        )
+    if len(alone):
+        locs = np.flatnonzero(free)
+        sub = problem.restrict(alone, locs)
+        out = get_solver("lap").fn(sub, time_limit=None, seed=seed, options={})
+        bound_sum += linear_floor(problem.restrict(alone))
+        assignment[alone] = locs[out.assignment]
+        steps.add(f"{len(alone)} workers without traffic", "lap", None,
+                  objective=objective(sub, out.assignment))  # fmt: skip
+    whole_bound, _ = best_bound(problem)
+    bound = max(b for b in (whole_bound, bound_sum) if b is not None)
+    out = SolverOutput(assignment, bound=float(bound) if np.isfinite(bound) else None)
+    why = (
+        f"{len(linked)} independent traffic components"
+        + (f" and {len(alone)} workers without traffic" if len(alone) else "")
+        + " planned one after another, heaviest first"
+    )
+    stats = {"components": [len(c) for c in parts], "component_methods": methods}
+    return _choose(replace(out, stats=stats), "components", why, steps)
+
+
+def _single(
+    problem: PlacementProblem, start: float, limit: float, seed: int, steps: _Steps
+) -> SolverOutput:
+    """Steps 1-5 of the module doc for one connected problem."""
     greedy = get_solver("greedy").fn(
         problem, time_limit=max(0.05, limit / 4), seed=seed, options={}
     )
     value = objective(problem, greedy.assignment)
     bound, source = best_bound(problem)
+    steps.add(f"construction and the {source} bound", "greedy", greedy, bound=bound)
     tol = 1e-9 * max(1.0, abs(value))
     if bound is not None and value - bound <= tol:
-        return _choose(greedy, "greedy", f"greedy meets the {source} bound: proved optimal")
+        why = f"greedy meets the {source} bound: proved optimal"
+        return _choose(greedy, "greedy", why, steps)
     n = problem.n_workers
-    flat = problem.cluster is None or problem.n_locations <= BNB_MAX
-    if flat and n <= BNB_MAX and problem.n_locations <= BNB_MAX + 4:
+    if _small_flat(problem):
         left = limit - (time.perf_counter() - start)
         out = get_solver("bnb").fn(
             problem, time_limit=max(0.05, left), seed=seed, options={"hint": greedy.assignment}
         )
         why = f"small flat instance ({n} facilities): branch and bound"
-        return _choose(keep_better(problem, out, greedy.assignment), "bnb", why)
+        out = keep_better(problem, out, greedy.assignment)
+        steps.add("exact search", "bnb", out, bound=out.bound)
+        return _choose(out, "bnb", why, steps)
     view, reason = (None, "raw QAP") if problem.cluster is None else hierarchical_view(problem)
     exact = view is not None and n <= CPSAT_MAX_WORKERS
     current, label = greedy, "greedy"
@@ -77,6 +188,7 @@ def auto(
         hier = get_solver("hierarchical").fn(
             problem, time_limit=max(0.05, share), seed=seed, options={}
         )
+        steps.add("decomposition", "hierarchical", hier)
         if objective(problem, hier.assignment) < value - tol:
             current, label = hier, "hierarchical"
         if n > TABU_MAX_WORKERS:  # too large for dense tabu: iterated sparse search to the end
@@ -86,9 +198,11 @@ def auto(
             if objective(problem, refined) < objective(problem, current.assignment) - tol:
                 message = f"{current.message} + iterated sparse search ({moves} moves)"
                 current = replace(current, assignment=refined, message=message)
+            steps.add("iterated sparse search", "hierarchical", current, moves=moves)
         best = objective(problem, current.assignment)
         if bound is not None and best - bound <= tol:
-            return _choose(current, label, f"{label} meets the {source} bound: proved optimal")
+            why = f"{label} meets the {source} bound: proved optimal"
+            return _choose(current, label, why, steps)
     # improve the start by tabu search: all the time left, or a third of it before CP-SAT
     left = limit - (time.perf_counter() - start)
     share = left / 3 if exact else left
@@ -96,6 +210,7 @@ def auto(
         # a raw QAP: no hint, so tabu starts from the better of greedy and FAQ
         hint = {} if problem.cluster is None else {"hint": current.assignment}
         searched = get_solver("tabu").fn(problem, time_limit=share, seed=seed, options=hint)
+        steps.add("improvement", "tabu", searched)
         if (
             searched.assignment is not None
             and objective(problem, searched.assignment)
@@ -103,7 +218,7 @@ def auto(
         ):
             current, label = searched, "tabu"
         if objective(problem, current.assignment) - (bound if bound is not None else -1e300) <= tol:
-            return _choose(current, label, f"{label} reached the {source} bound")
+            return _choose(current, label, f"{label} reached the {source} bound", steps)
     left = limit - (time.perf_counter() - start)
     if not exact or left <= 0.05:
         searched = "tabu search from " if n <= TABU_MAX_WORKERS else ""
@@ -113,7 +228,7 @@ def auto(
             why = (
                 f"{searched}the best of greedy and hierarchical ({n} workers > {CPSAT_MAX_WORKERS})"
             )
-        return _choose(current, label, why)
+        return _choose(current, label, why, steps)
     assert view is not None
     out = get_solver("cpsat").fn(
         problem, time_limit=left, seed=seed, options={"hint": current.assignment}
@@ -122,11 +237,19 @@ def auto(
         f"greedy, hierarchical and tabu search, then the hierarchical CP-SAT model "
         f"({n} workers on {len(view.nodes)} nodes)"
     )
-    return _choose(keep_better(problem, out, current.assignment), "cpsat", why)
+    out = keep_better(problem, out, current.assignment)
+    steps.add("exact search (hierarchical model)", "cpsat", out, bound=out.bound)
+    return _choose(out, "cpsat", why, steps)
 
 
-def _choose(out: SolverOutput, method: str, why: str) -> SolverOutput:
-    stats = {**out.stats, "auto_choice": method, "auto_reason": why}
+def _small_flat(problem: PlacementProblem) -> bool:
+    """Small enough for branch and bound to prove optimality as a whole."""
+    flat = problem.cluster is None or problem.n_locations <= BNB_MAX
+    return flat and problem.n_workers <= BNB_MAX and problem.n_locations <= BNB_MAX + 4
+
+
+def _choose(out: SolverOutput, method: str, why: str, steps: _Steps) -> SolverOutput:
+    stats = {**out.stats, "auto_choice": method, "auto_reason": why, "auto_steps": steps.rows}
     return replace(
         out, method=method, stats=stats, message=f"auto → {method}: {why}. {out.message}"
     )

@@ -17,6 +17,12 @@ optimal. :func:`best_bound` combines the applicable ones and caches the result o
   Donath–Hoffman eigenvalue bound ``½ Σ_i size_i · λ_i(L)`` (L the Laplacian of the symmetrised
   traffic, λ ascending, domain sizes descending). Exact for TP × DP × PP layouts, whose traffic
   graphs are products of rings and paths.
+
+Per-GPU linear costs C (a workload's ``gpu_costs``): min over plans of (quadratic + linear) is at
+least min quadratic + min linear, so every bound that prices only the traffic adds
+:func:`linear_floor` — the linear assignment optimum of C when the table is small enough, else
+each worker's cheapest GPU. Without pairwise traffic that floor is the optimum itself
+(``linear-assignment``). Gilmore–Lawler folds C into its own assignment step.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ __all__ = [
     "spectral_bound",
     "best_bound",
     "min_scalar_products",
+    "linear_floor",
 ]
 
 #: Largest n·m for which the dense Gilmore–Lawler bound is computed by default.
@@ -71,13 +78,27 @@ def basic_bound(problem: PlacementProblem) -> float | None:
         off = ~np.eye(problem.n_workers, dtype=bool)
         if np.all(d[off] >= 0):
             pairs = max(pairs, float(d[off].sum()) * float(problem.flow_dense()[off].min()))
-    return pairs + _linear_floor(problem)
+    return pairs + linear_floor(problem)
 
 
-def _linear_floor(problem: PlacementProblem) -> float:
+def linear_floor(problem: PlacementProblem) -> float:
+    """Least total of the per-GPU linear costs over all plans (0 without them; cached).
+
+    The linear assignment optimum (scipy's ``linear_sum_assignment``, rectangular n × m) when
+    n·m ≤ :data:`GL_DENSE_LIMIT`; above that, Σ_i min_k C[i, k], which is weaker but O(n·m).
+    """
     if problem.linear is None:
         return 0.0
-    return float(problem.linear.min(axis=1).sum())
+    cached = problem._cache.get("linear_floor")
+    if cached is None:
+        lin = problem.linear
+        if lin.shape[0] <= lin.shape[1] and lin.size <= GL_DENSE_LIMIT:
+            rows, cols = linear_sum_assignment(lin)
+            cached = float(lin[rows, cols].sum())
+        else:
+            cached = float(lin.min(axis=1).sum())
+        problem._cache["linear_floor"] = cached
+    return cached
 
 
 def min_scalar_products(rows_a: np.ndarray, rows_b: np.ndarray) -> np.ndarray:
@@ -108,7 +129,7 @@ def gilmore_lawler_bound(problem: PlacementProblem) -> float | None:
     if n > m or n == 0 or not _nonnegative(problem):
         return None
     if n == 1:
-        return _linear_floor(problem)
+        return linear_floor(problem)
     f = problem.flow_dense()
     d = problem.distance()
     best = -np.inf
@@ -184,14 +205,14 @@ def profile_bound(problem: PlacementProblem) -> float | None:
     degree = np.diff(sym.indptr)
     depth = int(degree.max()) if len(degree) else 0
     if depth == 0:
-        return 0.0
+        return linear_floor(problem)
     rows = np.zeros((n, depth))
     for i in range(n):
         vals = sym.data[sym.indptr[i] : sym.indptr[i + 1]]
         rows[i, : len(vals)] = np.sort(vals)[::-1]
     profiles, _ = _location_profiles(problem, depth)
     per_worker = (rows @ profiles.T).min(axis=1)
-    return 0.5 * float(per_worker.sum())
+    return 0.5 * float(per_worker.sum()) + linear_floor(problem)
 
 
 def _nested(cl: Any) -> bool:
@@ -255,7 +276,7 @@ def spectral_bound(
         fill = _greedy_fill(sizes, n)
         lam = eigenvalues[: len(fill)]
         bound += step * 0.5 * float(np.dot(fill, lam))
-    return bound
+    return bound + linear_floor(problem)
 
 
 def _parts_needed(sizes: np.ndarray, n: int) -> int:
@@ -298,8 +319,13 @@ def best_bound(problem: PlacementProblem) -> tuple[float | None, str | None]:
     cached = problem._cache.get("best_bound")
     if cached is not None:
         return cached
-    candidates: list[tuple[float | None, str]] = [(basic_bound(problem), "basic")]
     n, m = problem.n_workers, problem.n_locations
+    if problem.n_edges == 0 and n <= m and n > 0:  # no interaction: a linear assignment
+        exact = problem.linear is None or problem.linear.size <= GL_DENSE_LIMIT
+        label = "linear-assignment" if exact else "basic"
+        problem._cache["best_bound"] = (linear_floor(problem), label)
+        return problem._cache["best_bound"]
+    candidates: list[tuple[float | None, str]] = [(basic_bound(problem), "basic")]
     if problem.cluster is None or n * m <= GL_DENSE_LIMIT and m <= 3000:
         candidates.append((gilmore_lawler_bound(problem), "gilmore-lawler"))
     if problem.cluster is not None:

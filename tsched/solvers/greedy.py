@@ -5,8 +5,9 @@ domains whose free GPUs can hold the whole job are candidates; a few per level (
 fewest nodes) are tried. Inside a domain, GPUs are ordered depth-first with the emptiest
 sub-domains first, so the job takes whole nodes and whole leaves where it can; workers are then
 laid on those GPUs by *graph growing*: each next GPU gets the unplaced worker with the most
-traffic to the workers already placed, weighted by how close they are. The best candidate by
-objective is kept.
+traffic to the workers already placed, weighted by how close they are (less its own per-GPU
+cost there, when the workload has ``gpu_costs``; the GPUs those costs alone would choose are then
+one more candidate). The best candidate by objective is kept.
 
 Construction (raw QAPs, no hierarchy): the heaviest facility goes to the most central location;
 then repeatedly the facility with the most flow to the placed ones goes to the free location of
@@ -155,6 +156,11 @@ def construct_cluster(
     sym = problem.flow_symmetric()
     best: tuple[float, np.ndarray, np.ndarray, str] | None = None
     candidates = candidate_sets(problem, per_level)
+    if problem.linear is not None:  # the GPUs the per-GPU costs alone would choose
+        from tsched.solvers.lap import solve_lap
+
+        cheapest = np.sort(solve_lap(problem)[0])
+        candidates.append(("per-GPU costs", np.arange(problem.n_locations), cheapest))
     for level, dom, locs in candidates:
         assignment = _grow(problem, sym, locs)
         value = objective(problem, assignment)
@@ -165,8 +171,13 @@ def construct_cluster(
 
 
 def _grow(problem: PlacementProblem, sym: sp.csr_array, locs: np.ndarray) -> np.ndarray:
-    """Lay workers on ``locs`` (in order) by traffic-weighted graph growing."""
+    """Lay workers on ``locs`` (in order) by traffic-weighted graph growing.
+
+    Each next GPU takes the unplaced worker with the largest saving: traffic to the placed
+    workers weighted by how close they are, less the worker's own cost on that GPU.
+    """
     cl = problem.cluster
+    lin = problem.linear
     assert cl is not None
     n = problem.n_workers
     loc_node = problem.location_node()[locs]
@@ -192,7 +203,8 @@ def _grow(problem: PlacementProblem, sym: sp.csr_array, locs: np.ndarray) -> np.
             weight = np.zeros(n)
             weight[placed] = top - node_cost[u, placed_node[placed]]
             gain = sym @ weight
-        w = int(np.argmax(np.where(unplaced, gain, -np.inf)))
+        score = gain if lin is None else gain - lin[:, locs[pos]]
+        w = int(np.argmax(np.where(unplaced, score, -np.inf)))
         assignment[w] = locs[pos]
         placed_node[w] = u
         unplaced[w] = False

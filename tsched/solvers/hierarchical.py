@@ -227,11 +227,12 @@ def sparse_refine(
     seconds). Then, for up to ``kicks`` rounds (``-1``: until the deadline), an iterated local
     search: perturb the best plan (a few exchanges of a worker with a GPU near one of its traffic
     partners, or the workers of its node exchanged with those of a node next to a partner's),
-    descend again, keep the result only if it is better. Needs a cluster and no per-location
-    linear costs; otherwise returns the input unchanged.
+    descend again, keep the result only if it is better. Per-GPU linear costs are priced in
+    every move, and each worker's cheapest GPU's node joins its candidates. Needs a cluster;
+    otherwise returns the input unchanged.
     """
     cl = problem.cluster
-    if cl is None or problem.linear is not None or problem.n_workers < 1:
+    if cl is None or problem.n_workers < 1:
         return np.asarray(assignment, dtype=np.int64), 0
     graph = symmetric_graph(problem) if graph is None else graph
     indptr, indices, w = _csr(graph)
@@ -246,6 +247,11 @@ def sparse_refine(
     occ[assign] = np.arange(problem.n_workers)
     rng = np.random.default_rng(seed)
     order = rng.permutation(problem.n_workers).astype(np.int64)
+    if problem.linear is not None:
+        lin = np.ascontiguousarray(problem.linear, dtype=np.float64)
+        pref_node = loc_node[np.argmin(lin, axis=1)].astype(np.int64)
+    else:
+        lin, pref_node = np.zeros((0, 0)), np.full(problem.n_workers, -1, dtype=np.int64)
     args = (
         indptr,
         indices,
@@ -261,11 +267,12 @@ def sparse_refine(
         np.ascontiguousarray(type_cost),
         order,
     )
+    tail = (lin, pref_node)
 
     def descend() -> int:
         made_total = 0
         while True:
-            _, made = _kernel().local_search(*args, 1)
+            _, made = _kernel().local_search(*args, 1, *tail)
             made_total += int(made)
             if made == 0 or (deadline is not None and time.perf_counter() > deadline):
                 return made_total

@@ -39,6 +39,7 @@ _BUILTIN_MODULES = (
     "tsched.solvers.faq",
     "tsched.solvers.cpsat",
     "tsched.solvers.milp",
+    "tsched.solvers.lap",
     "tsched.solvers.auto",
 )
 #: Relative gap under which a bound is taken to meet the objective (float costs are scaled to
