@@ -14,6 +14,7 @@ FORBIDDEN = {
     "formats": ("tsched.solvers", "tsched.backends", "tsched.compare", "tsched.cli"),
     "compare": ("tsched.cli",),
     "show.py": ("tsched.cli", "tsched.backends", "tsched.compare"),
+    "explain.py": ("tsched.cli", "tsched.backends", "tsched.compare", "tsched.discovery"),
 }
 
 

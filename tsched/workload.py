@@ -193,9 +193,10 @@ class GpuCosts:
     Preferences that do not interact: worker ``w`` on a GPU costs ``seconds`` whatever the other
     workers do (a NIC or memory locality, a GPU that is slower for this job). Given either as
     entries (``worker``, ``node`` name, ``gpu`` index on the node or -1 for each GPU of the node,
-    ``seconds``; pairs not listed cost 0, repeated pairs add up) or as a dense ``matrix`` of workers × the cluster's GPUs in
-    the cluster's GPU order. Node names and the matrix's width are checked against the cluster
-    when a problem is built (:meth:`table`). ``source`` names the file or field in errors.
+    ``seconds``; pairs not listed cost 0, repeated pairs add up) or as a dense ``matrix`` of
+    workers × the cluster's GPUs in the cluster's GPU order. Node names and the matrix's width
+    are checked against the cluster when a problem is built (:meth:`table`). ``source`` names the
+    file or field in errors.
     """
 
     worker: np.ndarray | None = None

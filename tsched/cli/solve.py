@@ -118,7 +118,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         more = len(validation["problems"]) - 1
         sys.stderr.write(
             f"tsched: plan not written: it does not hold on {validation['against']}: {first}"
-            + (f" (and {more} more)" if more else "") + "\n"
+            + (f" (and {more} more)" if more else "")
+            + "\n"
         )
         return EXIT_INFEASIBLE
     return EXIT_OK
@@ -151,11 +152,18 @@ def live_validation(plan: Any, against: str, args: argparse.Namespace) -> dict[s
     from tsched.discovery.ray import connect, default_address
 
     address = default_address() if against in ("ray", "sandbox") else against
+    try:
+        import ray as ray_module
+
+        connected = ray_module.is_initialized()
+    except ImportError:
+        connected = False
     ray = connect(None if against in ("ray", "sandbox") else address)
     try:
         problems = live_problems(plan)
     finally:
-        ray.shutdown()
+        if not connected:  # leave a connection the caller made alone
+            ray.shutdown()
     return {"ran": True, "against": f"Ray at {address}", "valid": not problems,
             "problems": problems}  # fmt: skip
 

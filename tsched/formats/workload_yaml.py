@@ -37,8 +37,8 @@ from tsched.errors import InputError
 from tsched.formats._check import Checker, join
 from tsched.workload import (
     DEFAULT_ORDER,
-    GpuCosts,
     PARALLEL_DIMS,
+    GpuCosts,
     Layout,
     ModelSpec,
     PoolSpec,

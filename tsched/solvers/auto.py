@@ -26,7 +26,8 @@
 
 The choice and the reason are in ``result.stats["auto_choice"]`` / ``["auto_reason"]`` and in
 the message; ``["auto_steps"]`` lists every stage run, in order, with its method, seconds and
-objective (what ``tsched solve --explain`` shows). Without a time limit, ``auto`` allows itself :data:`DEFAULT_TIME_LIMIT` seconds.
+objective (what ``tsched solve --explain`` shows). Without a time limit, ``auto`` allows itself
+:data:`DEFAULT_TIME_LIMIT` seconds.
 """
 
 from __future__ import annotations
