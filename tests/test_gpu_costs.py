@@ -175,10 +175,12 @@ def test_components_are_planned_one_after_another_heaviest_first() -> None:
     assert r.status == "optimal" and r.bound == pytest.approx(r.objective)
     per_job = [set(cl.gpu_node[r.gpus[list(ws)]].tolist()) for ws in (range(8), range(8, 12))]
     assert all(len(s) == 1 for s in per_job) and per_job[0] != per_job[1]
-    steps = r.stats["auto_steps"]
-    assert [s["stage"].split(" (")[0] for s in steps] == [
-        "component 1 of 3", "component 2 of 3", "component 3 of 3", "1 workers without traffic"
-    ]  # fmt: skip
+    # one plan per component in order (a component whose own best plan was taken is first
+    # solved alone on every GPU, for its bound), then the worker without traffic
+    plans = [s["stage"].split(" (")[0] for s in r.stats["auto_steps"]
+             if not s["stage"].endswith("for its bound")]  # fmt: skip
+    assert plans == ["component 1 of 3", "component 2 of 3", "component 3 of 3",
+                     "1 workers without traffic"]  # fmt: skip
 
 
 def test_restrict_keeps_the_sub_problems_objective() -> None:

@@ -3,10 +3,12 @@
 0. The interaction test. Without pairwise traffic the problem is a linear assignment (only
    per-GPU costs): scipy's ``linear_sum_assignment`` solves it exactly (``lap``). When the
    traffic graph falls into independent connected components (two jobs in one workload, a
-   serving pool's replicas), they are planned one after another — heaviest traffic first, each
-   on the GPUs the earlier ones left, with a share of the time by size — and workers with no
-   traffic last, as one linear assignment. The bound is the larger of the whole problem's
-   and the sum of each component's own bound on all free GPUs. Instances small enough for
+   serving pool's replicas), they are planned one after another — heaviest traffic first, with
+   a share of the time by size. Each is first solved alone on every usable GPU: that run's
+   bound holds for the joint problem, and its plan is taken when its GPUs are still free;
+   otherwise the component is solved again on the GPUs the earlier ones left. Workers with no
+   traffic come last, as one linear assignment. The bound is the larger of the whole problem's
+   and the sum of the components' bounds. Instances small enough for
    branch and bound (step 2) are solved whole instead, to keep the proof; past
    :data:`COMPONENTS_MAX` components they are planned together (the partitioner keeps them
    apart anyway).
@@ -116,26 +118,33 @@ def _by_component(
     bound_sum = 0.0
     methods = []
     for k, workers in enumerate(linked):
-        left = limit - (time.perf_counter() - start)
+        began = time.perf_counter()
+        left = limit - (began - start)
         share = max(0.05, left * len(workers) / sum(len(c) for c in linked[k:]))
-        whole = problem.restrict(workers)
+        label = f"component {k + 1} of {len(linked)} ({len(workers)} workers)"
+        whole = problem.restrict(workers)  # the component alone, on every usable GPU
         part_bound, _ = best_bound(whole)
+        solo = auto(whole, time_limit=share if free.all() else share / 2, seed=seed, options={})
+        if solo.bound is not None:  # proved on every usable GPU: a bound for the joint problem
+            part_bound = max(part_bound if part_bound is not None else -np.inf, solo.bound)
         bound_sum += part_bound if part_bound is not None else -np.inf
-        locs = np.flatnonzero(free)
-        sub = problem.restrict(workers, locs)
-        out = auto(sub, time_limit=share, seed=seed, options={})
+        if np.all(free[solo.assignment]):  # its own best plan is still free: take it
+            out, locs, sub = solo, np.arange(problem.n_locations), whole
+        else:
+            steps.add(f"{label} alone on all GPUs, for its bound", solo.method or "auto", None,
+                      objective=objective(whole, solo.assignment), bound=part_bound,
+                      inner=solo.stats.get("auto_steps", []))  # fmt: skip
+            locs = np.flatnonzero(free)
+            sub = problem.restrict(workers, locs)
+            rest = max(0.05, share - (time.perf_counter() - began))
+            out = auto(sub, time_limit=rest, seed=seed, options={})
+            label += " on the GPUs left"
         used = out.method or "auto"
         methods.append(used)
         assignment[workers] = locs[out.assignment]
         free[locs[out.assignment]] = False
-        steps.add(
-            f"component {k + 1} of {len(linked)} ({len(workers)} workers)",
-            used,
-            None,
-            objective=objective(sub, out.assignment),
-            bound=part_bound,
-            inner=out.stats.get("auto_steps", []),
-        )
+        steps.add(label, used, None, objective=objective(sub, out.assignment), bound=part_bound,
+                  inner=out.stats.get("auto_steps", []))  # fmt: skip
     if len(alone):
         locs = np.flatnonzero(free)
         sub = problem.restrict(alone, locs)
