@@ -423,6 +423,10 @@ class Workload:
 
     def describe(self) -> str:
         kind = "explicit traffic"
+        if self.n_edges == 0 and self.gpu_costs is not None:
+            kind = "per-GPU costs only"
+        elif self.gpu_costs is not None:
+            kind += " and per-GPU costs"
         if self.layout is not None:
             lay = self.layout
             kind = (
