@@ -32,7 +32,7 @@ from tsched.compare.records import (
     write_records,
 )
 from tsched.compare.report import pair, summarize, write_report
-from tsched.compare.simulator import SimConfig, simulate
+from tsched.compare.simulator import SimConfig, representative_jobs, simulate
 from tsched.compare.traces import TraceJob, detect_format, load_trace
 from tsched.errors import InputError
 
@@ -390,8 +390,19 @@ def test_compare_cli_writes_records_summary_report_and_plots(tmp_path, capsys) -
     assert {r.policy for r in recs} == {"greedy@0", "greedy@1", "random@0", "random@1"}
     summary = json.loads((out / "summary.json").read_text())
     assert len(summary["runs"]) == 4 and len(summary["paired_with_baseline"]) == 3
-    assert "Job by job against greedy@0" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Job by job against greedy@0" in report
     assert (out / "jct_cdf.png").read_bytes()[:4] == b"\x89PNG"
+    # representative placements: the same jobs under each policy (first seed), drawn
+    jobs = load_trace(TRACES / "pollux_workload-6.csv", limit=40)
+    chosen = representative_jobs(jobs)
+    assert chosen and "## Representative placements" in report
+    for name in chosen:
+        assert f"### Job {name} (" in report
+        for policy in ("greedy@0", "random@0"):
+            picture = out / f"placement-{name}-{policy.replace('@', '_')}.png"
+            assert picture.read_bytes()[:4] == b"\x89PNG" and f"]({picture.name})" in report
+        assert not list(out.glob(f"placement-{name}-*_1.png"))  # one seed is enough
     capsys.readouterr()
     code = main(["compare", "--trace", str(TRACES / "pollux_workload-6.csv"), "--policies",
                  "greedy,bogus", "--cluster", str(G4DN), "--out", str(out)])  # fmt: skip
@@ -480,3 +491,16 @@ def test_iteration_cache_tells_apart_placements_priced_on_different_links() -> N
         expected = iteration_seconds(app, c, gpus, model=CollectiveModel())
         assert placer.iteration(app, gpus)[0] == pytest.approx(expected)
     assert placer.iteration(app, two_in_a_leaf)[0] > placer.iteration(app, one_per_leaf)[0]
+
+
+def test_snapshots_keep_each_watched_jobs_first_placement() -> None:
+    jobs = [job("big", 0, 6, 10), job("a", 0, 2, 30), job("b", 1, 4, 5), job("c", 2, 1, 5)]
+    assert representative_jobs(jobs) == ("big", "b", "a")
+    recs, res = run(jobs, "fifo", cluster=one_node(4, nodes=3), snapshot_jobs=("big", "b"))
+    assert set(res.snapshots) == {"big", "b"}
+    big, b = res.snapshots["big"], res.snapshots["b"]
+    assert len(big.gpus) == 6 and big.time == 0.0 and len(big.busy) == 0
+    # b arrives while big and a hold 8 of 12 GPUs: its snapshot shows them busy, not its own
+    assert b.time == 1.0 and len(b.gpus) == 4 and len(b.busy) == 8
+    assert set(big.gpus) <= set(b.busy) and not set(b.gpus) & set(b.busy)
+    assert recs["b"].nodes == len({g // 4 for g in b.gpus})

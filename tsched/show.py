@@ -219,6 +219,7 @@ def picture(
     workload: Any | None = None,
     *,
     color_by: str = "auto",
+    note: str | None = None,
 ) -> Picture:
     """The drawing of ``plan`` on ``cluster`` (traffic arcs and bars need ``workload``).
 
@@ -282,8 +283,9 @@ def picture(
     )
     gap = "" if plan.gap is None else f", gap {100 * plan.gap:.2f}%"
     objective = "" if plan.objective is None else f"{plan.objective:.4g} s/iteration"
+    head = f"{plan.status}, {objective}{gap}, {plan.method}" if note is None else note
     subtitle = (
-        f"{plan.status}, {objective}{gap}, {plan.method}; {n_workers} workers on "
+        f"{head}; {n_workers} workers on "
         f"{cluster.n_gpus:,} GPUs ({int(cluster.free_mask().sum()):,} free); colour: {used}"
         + ("; one square per node" if aggregated else "")
     )
@@ -625,12 +627,15 @@ def write_picture(
     workload: Any | None = None,
     *,
     color_by: str = "auto",
+    note: str | None = None,
 ) -> Path:
-    """Draw ``plan`` to ``path`` (``.png``, ``.svg`` or ``.html``, written atomically)."""
+    """Draw ``plan`` to ``path`` (``.png``, ``.svg`` or ``.html``, written atomically).
+
+    ``note`` replaces the status, objective and method at the head of the subtitle."""
     target = Path(path)
     if target.suffix.lower() not in FORMATS:
         raise InputError(f"{target}: expected a file ending in {', '.join(FORMATS)}")
-    pic = picture(plan, cluster, workload, color_by=color_by)
+    pic = picture(plan, cluster, workload, color_by=color_by, note=note)
     if target.suffix.lower() == ".html":
         from tsched._io import atomic_write_text
 

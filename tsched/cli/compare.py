@@ -48,7 +48,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from tsched.compare.calibrate import load_jobmodel
     from tsched.compare.policies import parse_policies
     from tsched.compare.report import write_report
-    from tsched.compare.simulator import SimConfig
+    from tsched.compare.simulator import SimConfig, representative_jobs
     from tsched.compare.traces import load_trace, parse_mapping
 
     for flag in ("trace", "policies", "cluster", "out"):
@@ -70,6 +70,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         window=args.window,
         min_runtime=args.min_runtime,
         preemption=not args.no_preemption,
+        snapshot_jobs=representative_jobs(jobs),
     )
     configs = parse_policies(args.policies, base)
     collective = apps = None
@@ -88,6 +89,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         budgets=budgets,
         plots=not args.no_plots,
+        cluster=cluster,
     )
     summary = json.loads(paths[2].read_text())
     if args.json:

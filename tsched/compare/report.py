@@ -4,7 +4,10 @@
 makespan, utilisation, queueing delay, queue length, fragmentation and fair share (each tenant's
 share of the GPU-seconds against its budget share). ``pair`` matches two runs of the same trace
 job by job. ``write_report`` writes ``records.csv``, ``records.jsonl``, ``summary.json``,
-``report.md`` and the plots into one folder.
+``report.md`` and the plots into one folder, and — given the cluster and runs that kept
+snapshots (``SimConfig.snapshot_jobs``) — a picture of each representative job's placement
+under each policy (``placement-JOB-POLICY.png``, drawn by :mod:`tsched.show`: the job's GPUs in
+colour, the GPUs other jobs held at that moment greyed).
 """
 
 from __future__ import annotations
@@ -12,15 +15,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tsched._io import atomic_write_text, save_figure
 from tsched.compare.records import JobRecord, write_jsonl, write_records
 from tsched.compare.simulator import SimResult
+
+if TYPE_CHECKING:
+    from tsched.cluster import Cluster
 
 __all__ = ["summarize", "pair", "write_report", "PLOTS"]
 
@@ -120,8 +127,10 @@ def write_report(
     seeds: int = 1,
     budgets: Mapping[str, float] | None = None,
     plots: bool = True,
+    cluster: Cluster | None = None,
 ) -> list[Path]:
-    """Write the comparison folder; returns the paths written."""
+    """Write the comparison folder; returns the paths written (placement pictures need
+    ``cluster``)."""
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     records: list[JobRecord] = []
@@ -146,8 +155,13 @@ def write_report(
     atomic_write_text(written[2], json.dumps(doc, indent=2, allow_nan=True) + "\n")
     made = _plots(folder, results, seeds) if plots else []
     written.extend(made)
+    shown: list[tuple[str, int, dict[str, tuple[Path, Any]]]] = []
+    if plots and cluster is not None:
+        shown = _placements(folder, results, seeds, cluster)
+        written.extend(p for _, _, row in shown for p, _ in row.values())
     written.append(folder / "report.md")
-    atomic_write_text(written[-1], _markdown(title, summaries, pairs, _label(base, seeds), made))
+    text = _markdown(title, summaries, pairs, _label(base, seeds), made)
+    atomic_write_text(written[-1], text + _placement_markdown(shown, cluster))
     return written
 
 
@@ -279,3 +293,87 @@ def _plots(folder: Path, results: Sequence[SimResult], seeds: int) -> list[Path]
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     return save_figure(fig, path, dpi=110)
+
+
+def _placements(
+    folder: Path, results: Sequence[SimResult], seeds: int, cluster: Cluster
+) -> list[tuple[str, int, dict[str, tuple[Path, Any]]]]:
+    """Draw each snapshot job's placement under each run (the first seed of each policy).
+
+    Returns, per job, its GPU count and ``{run label: (picture path, snapshot)}``.
+    """
+    from tsched.plan import Plan, PlanEntry
+    from tsched.show import write_picture
+
+    first = [
+        r for r in results if seeds == 1 or r.config.seed == min(x.config.seed for x in results)
+    ]
+    names: list[str] = []
+    for res in first:
+        names += [n for n in res.config.snapshot_jobs if n not in names]
+    out = []
+    for name in names:
+        row: dict[str, tuple[Path, Any]] = {}
+        size = 0
+        for res in first:
+            snap = res.snapshots.get(name)
+            if snap is None:
+                continue
+            label = _label(res, seeds)
+            size = len(snap.gpus)
+            entries = tuple(
+                PlanEntry(w, cluster.nodes[int(cluster.gpu_node[g])].name,
+                          int(cluster.gpu_local[g]))
+                for w, g in enumerate(snap.gpus)
+            )  # fmt: skip
+            plan = Plan(cluster.name, name, "feasible", snap.objective, None, None, label, 0.0,
+                        res.config.seed, entries, {}, roles=("job",) * size)  # fmt: skip
+            busy: dict[str, list[int]] = {}
+            for g in snap.busy:
+                busy.setdefault(cluster.nodes[int(cluster.gpu_node[g])].name, []).append(
+                    int(cluster.gpu_local[g])
+                )
+            path = folder / f"placement-{_slug(name)}-{_slug(label)}.png"
+            note = (f"placed by {label} at {_fmt_s(snap.time)}, ring all-reduce "
+                    f"{snap.objective:.4g} s/iteration")  # fmt: skip
+            write_picture(plan, cluster.with_busy(busy), path, note=note)
+            row[label] = (path, snap)
+        if row:
+            out.append((name, size, row))
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
+
+
+def _placement_markdown(
+    shown: list[tuple[str, int, dict[str, tuple[Path, Any]]]], cluster: Cluster | None
+) -> str:
+    if not shown or cluster is None:
+        return ""
+    lines = [
+        "",
+        "## Representative placements",
+        "",
+        "The same jobs under each policy, where each was first placed: its GPUs in colour, the "
+        "GPUs other jobs held at that moment in grey (largest multi-GPU job, then the upper "
+        "quartile and the median of the multi-GPU sizes).",
+        "",
+    ]
+    for name, size, row in shown:
+        lines.append(f"### Job {name} ({size} GPUs)")
+        lines.append("")
+        lines.append("| policy | placed at | nodes | first-level domains | comm. s/iteration |")
+        lines.append("|---|---:|---:|---:|---:|")
+        for label, (_, snap) in row.items():
+            nodes = np.unique(cluster.gpu_node[snap.gpus])
+            groups = cluster.node_group[nodes, 0] if cluster.levels else nodes
+            lines.append(
+                f"| {label} | {_fmt_s(snap.time)} | {len(nodes)} | {len(np.unique(groups))} "
+                f"| {snap.objective:.4g} |"
+            )
+        lines.append("")
+        lines += [f"![{name} under {label}]({path.name})" for label, (path, _) in row.items()]
+        lines.append("")
+    return "\n".join(lines)

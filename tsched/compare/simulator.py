@@ -54,7 +54,15 @@ from tsched.compare.records import JobRecord
 from tsched.compare.traces import TraceJob
 from tsched.errors import InputError
 
-__all__ = ["QUEUES", "SimConfig", "SimResult", "simulate", "default_apps"]
+__all__ = [
+    "QUEUES",
+    "SimConfig",
+    "SimResult",
+    "Snapshot",
+    "simulate",
+    "default_apps",
+    "representative_jobs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +119,9 @@ class SimConfig:
     scan_depth : int
         How many waiting jobs behind the head ``backfill`` tries, and ``fair`` per project, in
         one pass (as Slurm's ``bf_max_job_test``); bounds the cost of a pass on long queues.
+    snapshot_jobs : tuple of str
+        Jobs (by name) whose first placement is kept, with the GPUs busy at that moment, in
+        ``SimResult.snapshots`` (for pictures; see :func:`representative_jobs`).
     """
 
     policy: str = "greedy"
@@ -123,6 +134,7 @@ class SimConfig:
     min_runtime: float = 600.0
     preemption: bool = True
     scan_depth: int = 500
+    snapshot_jobs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.queue not in QUEUES:
@@ -141,6 +153,36 @@ class SimConfig:
         return f"{self.policy}{frag}"
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """A job's first placement: when, on which GPUs (worker order), and which other GPUs were
+    busy then (global GPU indices)."""
+
+    time: float
+    gpus: np.ndarray
+    busy: np.ndarray
+    objective: float = 0.0
+
+
+def representative_jobs(jobs: Sequence[TraceJob], count: int = 3) -> tuple[str, ...]:
+    """Names of up to ``count`` multi-GPU jobs spread over the sizes of a trace: the largest,
+    then the upper quartile and the median of the multi-GPU jobs' GPU counts (the earliest
+    submitted job of each size). The same jobs for every policy, so their placements compare."""
+    multi = sorted((j for j in jobs if j.gpus > 1), key=lambda j: (j.gpus, j.submit, j.name))
+    if not multi:
+        return ()
+    sizes = np.array([j.gpus for j in multi])
+    picks: list[str] = []
+    for q in (1.0, 0.75, 0.5, 0.25, 0.0)[: max(count, 0) + 2]:
+        size = sizes[min(int(round(q * (len(sizes) - 1))), len(sizes) - 1)]
+        first = next(j for j in multi if j.gpus == size)
+        if first.name not in picks:
+            picks.append(first.name)
+        if len(picks) == count:
+            break
+    return tuple(picks)
+
+
 @dataclass
 class SimResult:
     """Records and time series of one run."""
@@ -153,6 +195,7 @@ class SimResult:
     fragmentation: np.ndarray  # share of free GPUs not on wholly free nodes
     usage_by_tenant: dict[str, float]  # GPU-seconds
     wall_time: float
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)  # config.snapshot_jobs
 
 
 @dataclass
@@ -438,6 +481,8 @@ def simulate(
     node_gpus = cluster.gpus_per_node
     events: list[tuple[float, int, int, int]] = []  # (time, seq, job, run_id)
     seq = 0
+    watch = set(config.snapshot_jobs)
+    snapshots: dict[str, Snapshot] = {}
     if config.queue == "sjf":
         queue = _Waiting(lambda k: (state[k].trace.duration * state[k].remaining,
                                     state[k].trace.submit))  # fmt: skip
@@ -476,6 +521,9 @@ def simulate(
         j.domains = max(j.domains, len(np.unique(placer.domain_of_node[nodes])))
         j.comm_share = share
         j.objective = objective
+        if j.trace.name in watch and j.trace.name not in snapshots:
+            busy = np.flatnonzero(~free)
+            snapshots[j.trace.name] = Snapshot(now, np.array(gpus), busy, objective)
         free[gpus] = False
         running.add(j.index)
         running_tenants[j.trace.tenant] = running_tenants.get(j.trace.tenant, 0) + 1
@@ -695,4 +743,5 @@ def simulate(
         np.asarray(series_frag),
         {t: usage.total(t, end) for t in sorted(tenants)},
         time.perf_counter() - t_wall,
+        snapshots,
     )
