@@ -45,6 +45,8 @@ BOUND_SOURCES = {
     "linear-assignment": "the exact optimum of the per-GPU costs (a linear assignment: no "
     "pairwise traffic)",
     "components": "the sum of each traffic component's own bound on all usable GPUs",
+    "component-alone": "the component's bound when it had every usable GPU (fewer GPUs only "
+    "cost more)",
     "cpsat": "CP-SAT's proved bound",
     "milp": "the MILP solver's proved bound",
     "bnb": "branch and bound's proof",

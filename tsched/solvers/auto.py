@@ -99,7 +99,7 @@ def auto(
     linked = [c for c in parts if len(c) > 1]
     if len(parts) > 1 and len(linked) <= COMPONENTS_MAX and not _small_flat(problem):
         return _by_component(problem, parts, start, limit, seed, steps)
-    return _single(problem, start, limit, seed, steps)
+    return _single(problem, start, limit, seed, steps, options.get("known_bound"))
 
 
 def _by_component(
@@ -137,7 +137,9 @@ def _by_component(
             locs = np.flatnonzero(free)
             sub = problem.restrict(workers, locs)
             rest = max(0.05, share - (time.perf_counter() - began))
-            out = auto(sub, time_limit=rest, seed=seed, options={})
+            # fewer GPUs can only cost more: the run alone bounds this one too
+            known = {} if part_bound is None else {"known_bound": part_bound}
+            out = auto(sub, time_limit=rest, seed=seed, options=known)
             label += " on the GPUs left"
         used = out.method or "auto"
         methods.append(used)
@@ -166,14 +168,23 @@ def _by_component(
 
 
 def _single(
-    problem: PlacementProblem, start: float, limit: float, seed: int, steps: _Steps
+    problem: PlacementProblem,
+    start: float,
+    limit: float,
+    seed: int,
+    steps: _Steps,
+    known: float | None = None,
 ) -> SolverOutput:
-    """Steps 1-5 of the module doc for one connected problem."""
+    """Steps 1-5 of the module doc for one connected problem; ``known`` is a lower bound
+    proved elsewhere (a component's run on more GPUs), so the search may stop when it meets it."""
     greedy = get_solver("greedy").fn(
         problem, time_limit=max(0.05, limit / 4), seed=seed, options={}
     )
     value = objective(problem, greedy.assignment)
     bound, source = best_bound(problem)
+    if known is not None and (bound is None or known > bound):
+        bound, source = known, "component-alone"
+        greedy = replace(greedy, bound=known)  # carried to every plan that stops on it
     steps.add(f"construction and the {source} bound", "greedy", greedy, bound=bound)
     tol = 1e-9 * max(1.0, abs(value))
     if bound is not None and value - bound <= tol:
