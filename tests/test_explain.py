@@ -158,3 +158,13 @@ nodes:
     import ray
 
     assert ray.is_initialized()  # the session's connection is left alone
+
+
+def test_an_infeasible_problem_is_explained_without_a_solver_run() -> None:
+    cluster = tsched.presets.cluster("dgx-h100-4node")
+    p = PlacementProblem.build(cluster, tsched.presets.workload("llama3-70b-tp8-pp4-dp2"))
+    doc = explain(p, solve(p))
+    assert doc["solver"]["status"] == "infeasible" and doc["solver"]["steps"] == []
+    assert doc["solver"]["reason"].startswith("no solver ran: workload")
+    assert any("needs 64 GPUs" in w for w in doc["spec"]["warnings"])
+    assert doc["objective"]["bound_how"] == "no bound known"

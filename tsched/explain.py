@@ -254,6 +254,9 @@ def _solver(
     if "auto_reason" in stats:
         out["reason"] = stats["auto_reason"]
         out["steps"] = _steps(stats.get("auto_steps", []))
+    elif not problem.feasible:
+        out["reason"] = f"no solver ran: {problem.infeasible_reason}"
+        out["steps"] = []
     else:
         from tsched.solvers.registry import get_solver
 
