@@ -186,3 +186,32 @@ def test_large_explicit_edge_list_loads(tmp_path) -> None:
     w = read_workload(path)
     keep = src != dst
     assert w.workers == n and np.isclose(w.total_gb, 0.5 * keep.sum())
+
+
+@pytest.mark.parametrize("sort_keys", [False, True])
+def test_long_block_style_traffic_reads_like_the_yaml_parser(sort_keys: bool) -> None:
+    import yaml
+
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, 300, 1500), rng.integers(0, 300, 1500)
+    keep = src != dst
+    edges = [{"src": int(a), "dst": int(b), "gb": float(g)}
+             for a, b, g in zip(src[keep], dst[keep], rng.uniform(0, 5, keep.sum()))]  # fmt: skip
+    doc = {"tsched": "workload/v1", "name": "blk", "workers": 300, "traffic": edges}
+    text = yaml.safe_dump(doc, sort_keys=sort_keys)
+    assert "\n- src: " in text or "\n- dst: " in text  # block style, three lines an edge
+    fast = parse_workload_text(text, "blk.yaml")
+    slow = Workload.from_edges("blk", 300, [(e["src"], e["dst"], e["gb"]) for e in edges])
+    assert np.allclose(fast.traffic_matrix(), slow.traffic_matrix())
+
+
+def test_a_block_list_with_one_odd_line_falls_back_to_the_parser() -> None:
+    lines = "".join(f"- src: {i}\n  dst: {i + 1}\n  gb: 1.0\n" for i in range(1200))
+    text = f"tsched: workload/v1\nname: odd\nworkers: 1300\ntraffic:\n{lines}"
+    assert parse_workload_text(text, "odd.yaml").n_edges == 1200
+    bad = text.replace("  gb: 1.0\n", "  gb: lots\n", 1)
+    with pytest.raises(InputError, match="odd.yaml: traffic"):
+        parse_workload_text(bad, "odd.yaml")
+    fractional = text.replace("- src: 5\n", "- src: 5.5\n", 1)
+    with pytest.raises(InputError, match=r"odd.yaml: traffic\[5\]\.src"):
+        parse_workload_text(fractional, "odd.yaml")

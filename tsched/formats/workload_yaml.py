@@ -93,8 +93,10 @@ def parse_workload_text(text: str, source: str, base: Path | None = None) -> Wor
     """Parse ``workload/v1`` YAML text; ``source`` names it in error messages.
 
     A top-level ``traffic`` list written one flow mapping per line (``- {src: 0, dst: 1, gb:
-    2.5}``, the form :func:`write_workload` emits) is read by a fast path, so a 100k-edge file
-    loads in well under a second; any other form goes through the YAML parser unchanged.
+    2.5}``, the form :func:`write_workload` emits) or in block style (three lines an edge, what
+    PyYAML's ``safe_dump`` writes) is read by a fast path with regular expressions, so a
+    100k-edge file loads in well under a second; any other form, and any list with a line of
+    another shape, goes through the YAML parser unchanged (and its error messages).
     """
     rest, edges = _split_fast_traffic(text)
     data = load_yaml_text(rest, source)
@@ -108,6 +110,52 @@ _EDGE_LINE = re.compile(
     r"gb:[ \t]*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)[ \t]*\}[ \t]*(?:#.*)?"
 )
 _TRAFFIC_KEY = re.compile(r"traffic:[ \t]*(?:#.*)?")
+
+
+_KEY_LINE = re.compile(
+    r"([ \t]*)(-[ \t]+)?(src|dst|gb):[ \t]*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+    r"[ \t]*(?:#.*)?"
+)
+
+
+def _block_edges(body: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Edges written in YAML's block style (PyYAML's default dump), three lines each::
+
+        - src: 0          (the three keys in any order, the first after "- ",
+          dst: 1           the other two aligned under it)
+          gb: 2.5
+
+    None when any line or triple does not have exactly this shape (the YAML parser then
+    reads the list and reports what is wrong)."""
+    if len(body) % 3:
+        return None
+    matches = [_KEY_LINE.fullmatch(line) for line in body]
+    if not all(matches):
+        return None
+    values: dict[str, list[str]] = {"src": [], "dst": [], "gb": []}
+    for k in range(0, len(matches), 3):
+        first, second, third = matches[k : k + 3]
+        if (
+            first.group(2) is None  # type: ignore[union-attr]
+            or second.group(2) is not None  # type: ignore[union-attr]
+            or third.group(2) is not None  # type: ignore[union-attr]
+        ):
+            return None
+        column = len(first.group(1)) + len(first.group(2))  # type: ignore[union-attr]
+        if len(second.group(1)) != column or len(third.group(1)) != column:  # type: ignore[union-attr]
+            return None
+        keys = {m.group(3) for m in (first, second, third)}  # type: ignore[union-attr]
+        if len(keys) != 3:
+            return None
+        for m in (first, second, third):
+            values[m.group(3)].append(m.group(4))  # type: ignore[union-attr]
+    if any("." in v or "e" in v.lower() for v in values["src"] + values["dst"]):
+        return None  # worker ids must be integers: let the parser name the entry
+    return (
+        np.array(values["src"], dtype=np.int64),
+        np.array(values["dst"], dtype=np.int64),
+        np.array(values["gb"], dtype=np.float64),
+    )
 
 
 class _FastEdges(tuple):
@@ -127,11 +175,15 @@ def _split_fast_traffic(text: str) -> tuple[str, tuple[np.ndarray, ...] | None]:
     if len(body) < 1000:  # small lists: the YAML parser gives the best messages
         return text, None
     matches = [_EDGE_LINE.fullmatch(line) for line in body]
-    if not all(matches):
-        return text, None
-    src = np.array([m.group(1) for m in matches], dtype=np.int64)  # type: ignore[union-attr]
-    dst = np.array([m.group(2) for m in matches], dtype=np.int64)  # type: ignore[union-attr]
-    gb = np.array([m.group(3) for m in matches], dtype=np.float64)  # type: ignore[union-attr]
+    if all(matches):
+        src = np.array([m.group(1) for m in matches], dtype=np.int64)  # type: ignore[union-attr]
+        dst = np.array([m.group(2) for m in matches], dtype=np.int64)  # type: ignore[union-attr]
+        gb = np.array([m.group(3) for m in matches], dtype=np.float64)  # type: ignore[union-attr]
+    else:
+        parsed = _block_edges(body)
+        if parsed is None:
+            return text, None
+        src, dst, gb = parsed
     # keep line numbers of the rest of the file for YAML error messages
     rest = lines[:start] + ["traffic: []"] + [""] * len(block) + lines[end:]
     return "\n".join(rest), (src, dst, gb)
