@@ -57,6 +57,7 @@ BOUND_SOURCES = {
 _CLASSES = (
     "no pairwise traffic → linear assignment (exact, any size)",
     "≤ 16 workers on ≤ 20 GPUs → branch and bound (exact)",
+    "≤ 32 workers with a hierarchical view → a quick CP-SAT run on worker → node (exact)",
     "≤ 256 workers with a hierarchical view → greedy, decomposition, tabu, then CP-SAT "
     "(exact on worker → node)",
     "≤ 1024 workers → greedy, decomposition, tabu search (bound from the hierarchy)",

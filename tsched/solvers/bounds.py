@@ -314,26 +314,54 @@ def _laplacian_eigenvalues(problem: PlacementProblem, count: int) -> np.ndarray:
     return values
 
 
-def best_bound(problem: PlacementProblem) -> tuple[float | None, str | None]:
-    """The largest applicable bound and its name; cached on the problem."""
-    cached = problem._cache.get("best_bound")
-    if cached is not None:
-        return cached
+def _stages(problem: PlacementProblem) -> list[tuple[str, Any]]:
+    """The applicable bounds, cheapest first."""
+    n, m = problem.n_workers, problem.n_locations
+    stages: list[tuple[str, Any]] = [("basic", basic_bound)]
+    if problem.cluster is not None:
+        stages.append(("profile", profile_bound))
+    if problem.cluster is None or n * m <= GL_DENSE_LIMIT and m <= 3000:
+        stages.append(("gilmore-lawler", gilmore_lawler_bound))
+    if problem.cluster is not None:
+        stages.append(("spectral", spectral_bound))
+    return stages
+
+
+def best_bound(
+    problem: PlacementProblem, target: float | None = None
+) -> tuple[float | None, str | None]:
+    """The largest applicable bound and its name; cached on the problem.
+
+    Bounds are computed cheapest first (basic, profile, Gilmore–Lawler where dense matrices are
+    affordable, spectral). With ``target`` (a plan's objective) the computation stops as soon as
+    one bound meets it (within 1e-9 relative): the plan is then proved and the costlier bounds
+    are not needed. A later call without a target, or with one not met yet, goes on where the
+    last one stopped.
+    """
+    done = problem._cache.get("best_bound")
+    if done is not None:
+        return done
     n, m = problem.n_workers, problem.n_locations
     if problem.n_edges == 0 and n <= m and n > 0:  # no interaction: a linear assignment
         exact = problem.linear is None or problem.linear.size <= GL_DENSE_LIMIT
         label = "linear-assignment" if exact else "basic"
         problem._cache["best_bound"] = (linear_floor(problem), label)
         return problem._cache["best_bound"]
-    candidates: list[tuple[float | None, str]] = [(basic_bound(problem), "basic")]
-    if problem.cluster is None or n * m <= GL_DENSE_LIMIT and m <= 3000:
-        candidates.append((gilmore_lawler_bound(problem), "gilmore-lawler"))
-    if problem.cluster is not None:
-        candidates.append((profile_bound(problem), "profile"))
-        candidates.append((spectral_bound(problem), "spectral"))
-    value, name = None, None
-    for bound, label in candidates:
-        if bound is not None and (value is None or bound > value):
-            value, name = bound, label
-    problem._cache["best_bound"] = (value, name)
-    return value, name
+    state = problem._cache.setdefault("best_bound_state", {"value": None, "name": None, "next": 0})
+    stages = _stages(problem)
+
+    def met() -> bool:
+        if target is None or state["value"] is None:
+            return False
+        return bool(state["value"] >= target - 1e-9 * max(1.0, abs(target)))
+
+    while state["next"] < len(stages) and not met():
+        label, fn = stages[state["next"]]
+        state["next"] += 1
+        bound = fn(problem)
+        if bound is not None and (state["value"] is None or bound > state["value"]):
+            state["value"], state["name"] = float(bound), label
+    result = (state["value"], state["name"])
+    if state["next"] >= len(stages):
+        problem._cache["best_bound"] = result
+    return result

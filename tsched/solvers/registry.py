@@ -288,9 +288,12 @@ def solve(
     value = objective(problem, assignment)
     from tsched.solvers.bounds import best_bound
 
-    bound, source = best_bound(problem)
-    if out.bound is not None and (bound is None or out.bound > bound):
-        bound, source = float(out.bound), used
+    if out.bound is not None and out.bound >= value - 1e-9 * max(1.0, abs(value)):
+        bound, source = float(out.bound), used  # the solver proved it: no need to look further
+    else:
+        bound, source = best_bound(problem, target=value)
+        if out.bound is not None and (bound is None or out.bound > bound):
+            bound, source = float(out.bound), used
     if bound is not None and bound > value + 1e-9 * max(1.0, abs(value)):
         raise SolverError(f"method {used!r}: lower bound {bound!r} exceeds objective {value!r}")
     if bound is not None:
