@@ -113,3 +113,66 @@ def test_spectral_bound_needs_a_nested_hierarchy() -> None:
     c = Cluster("odd", links, ("leaf", "spine", "core"), types, nodes)
     p = PlacementProblem.build(c, Workload.from_edges("w", 3, [(0, 1, 1.0), (1, 2, 1.0)]))
     assert spectral_bound(p) is None and profile_bound(p) is not None
+
+
+@pytest.mark.parametrize(
+    ("sizes", "order"),
+    [
+        ({"tp": 4, "pp": 4, "dp": 2}, "tp-cp-ep-dp-pp"),
+        ({"tp": 2, "cp": 2, "dp": 3, "pp": 2}, "tp-cp-ep-dp-pp"),
+        ({"tp": 2, "ep": 4, "dp": 2}, "tp-cp-ep-dp-pp"),
+        ({"tp": 2, "pp": 4, "dp": 2}, "pp-tp-dp-cp-ep"),  # an unusual rank order
+        ({"tp": 8, "dp": 1, "pp": 1}, "tp-cp-ep-dp-pp"),
+    ],
+)
+def test_product_eigenvalues_equal_the_dense_spectrum(sizes, order) -> None:
+    from tsched.solvers.bounds import _laplacian_eigenvalues, product_eigenvalues
+
+    model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8,
+                      experts=8 if "ep" in sizes else 0, top_k=2, expert_params_b=6)  # fmt: skip
+    w = Workload.from_layout("j", Layout(order=order, **sizes), model)
+    problem = PlacementProblem.build(fabric(8, 4), w)
+    fast = product_eigenvalues(problem, w.workers)
+    if "cp" in sizes or "ep" in sizes:  # ring attention / dense gradients over DP×EP: no product
+        assert fast is None
+        return
+    assert fast is not None and len(fast) == w.workers
+    dense = _laplacian_eigenvalues(PlacementProblem.build(fabric(8, 4), w), w.workers)
+    assert np.allclose(fast, dense, rtol=0, atol=1e-8 * max(1.0, dense.max()))
+    assert np.all(fast <= dense + 1e-12 * max(1.0, dense.max()))  # the safety margin is kept
+
+
+def test_product_eigenvalues_refuse_traffic_that_is_no_product() -> None:
+    from tsched.solvers.bounds import product_eigenvalues
+
+    model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
+    w = Workload.from_layout("j", Layout(tp=4, dp=2, pp=2), model)
+    # one extra pair that breaks the product (ranks 0 and 5 differ in two coordinates)
+    skew = Workload("skew", w.workers, np.r_[w.src, 0], np.r_[w.dst, 5], np.r_[w.gb, 1.0],
+                    layout=w.layout)  # fmt: skip
+    assert product_eigenvalues(PlacementProblem.build(fabric(8, 4), skew), 16) is None
+    # one line of a dimension with another weight
+    bumped = w.gb.copy()
+    bumped[0] *= 1.5
+    odd = Workload("odd", w.workers, w.src, w.dst, bumped, layout=w.layout)
+    assert product_eigenvalues(PlacementProblem.build(fabric(8, 4), odd), 16) is None
+
+
+def test_bounds_stop_at_the_first_that_meets_the_plan(monkeypatch) -> None:
+    import tsched.solvers.bounds as bounds
+
+    model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
+    w = Workload.from_layout("j", Layout(tp=4, pp=1, dp=1), model)
+    problem = PlacementProblem.build(fabric(4, 2), w)  # 4 workers on one 8-GPU node
+    calls = []
+    for name in ("spectral_bound", "gilmore_lawler_bound"):
+        real = getattr(bounds, name)
+        monkeypatch.setattr(bounds, name, lambda p, real=real, name=name: calls.append(name)
+                            or real(p))  # fmt: skip
+    basic = bounds.basic_bound(problem)
+    assert bounds.best_bound(problem, target=basic) == (basic, "basic") and calls == []
+    # without a target every bound is computed, once, from where the last call stopped
+    value, _ = bounds.best_bound(problem)
+    assert value >= basic and sorted(calls) == ["gilmore_lawler_bound", "spectral_bound"]
+    bounds.best_bound(problem)
+    assert len(calls) == 2

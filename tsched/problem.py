@@ -314,18 +314,27 @@ class PlacementProblem:
         """Per cluster node with usable GPUs: (node, first location, end location, distances).
 
         Locations are in global GPU order, so a node's usable GPUs are the contiguous slice
-        ``first:end``; ``distances`` is their (g, g) seconds-per-GB matrix. Cached; empty for a
-        raw QAP.
+        ``first:end``; ``distances`` is their (g, g) seconds-per-GB matrix (read-only, and the
+        same array object for nodes of one type with the same usable GPUs). Cached; empty for
+        a raw QAP.
         """
         cached = self._cache.get("node_blocks")
         if cached is None:
             cached = []
             if self.cluster is not None:
+                cl = self.cluster
+                _, type_cost = cl.cost_tables()
                 nodes = self.location_node()
                 bounds = np.r_[0, np.flatnonzero(np.diff(nodes)) + 1, len(nodes)]
+                shared: dict[tuple[int, bytes], np.ndarray] = {}  # one block per type and GPUs
                 for lo, hi in zip(bounds[:-1], bounds[1:]):
-                    block = self.cluster.distance_matrix(self.locations[lo:hi])
-                    cached.append((int(nodes[lo]), int(lo), int(hi), block))
+                    node = int(nodes[lo])
+                    local = cl.gpu_local[self.locations[lo:hi]].astype(np.int64)
+                    key = (int(cl.node_type_index[node]), local.tobytes())
+                    block = shared.get(key)
+                    if block is None:
+                        block = shared[key] = _readonly(type_cost[key[0]][np.ix_(local, local)])
+                    cached.append((node, int(lo), int(hi), block))
             self._cache["node_blocks"] = cached
         return cached
 
