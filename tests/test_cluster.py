@@ -229,3 +229,29 @@ def test_nvml_records_put_uuids_on_the_node() -> None:
     uuids = tuple(f"GPU-h200-{i}" for i in range(8))
     cluster = cluster_from_topo(parse_topo(text, "t"), "h200", gpu_uuids=uuids)
     assert cluster.nodes[0].gpu_uuids == uuids
+
+
+def test_implicit_node_distances_match_the_tables(monkeypatch) -> None:
+    """Above NODE_TABLE_LIMIT nodes no N × N table is built: meet levels, links and costs come
+    from the groups; they must agree with the tables exactly."""
+    import tsched.cluster as cluster_module
+    from tsched import presets
+    from tsched.problem import PlacementProblem
+
+    cl = presets.cluster("leaf-spine-64").with_busy({"node01": [0, 1, 2]})
+    nodes = np.arange(cl.n_nodes)
+    table = cl.node_meet_level()
+    assert np.array_equal(cl.meet_between(nodes, nodes), table)
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, cl.n_gpus, 500), rng.integers(0, cl.n_gpus, 500)
+    dense_links = cl.pair_link_index(a, b)
+    cost = np.concatenate([[0.0], cl.link_seconds_per_gb])[cl.node_link_index().astype(int) + 1]
+    assert np.allclose(cl.node_cost_between(nodes[:5], nodes), cost[:5])
+    monkeypatch.setattr(cluster_module, "NODE_TABLE_LIMIT", 0)
+    fresh = presets.cluster("leaf-spine-64").with_busy({"node01": [0, 1, 2]})
+    assert np.array_equal(fresh.pair_link_index(a, b), dense_links)
+    assert "node_link" not in fresh._cache and "node_meet" not in fresh._cache
+    w = presets.workload("llama3-8b-tp8-dp2")
+    p = PlacementProblem.build(fresh, w)
+    d = fresh.distance_matrix(p.locations)
+    assert p.min_pair_distance() == pytest.approx(d[~np.eye(len(d), dtype=bool)].min())

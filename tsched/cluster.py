@@ -26,6 +26,9 @@ __all__ = ["LinkClass", "NodeType", "Node", "Cluster"]
 
 #: Link index used for "the same GPU" in link-index matrices.
 SELF_LINK = -1
+#: Largest node count for which N × N node tables are built; larger clusters compute meet
+#: levels from the groups on demand (16,384 nodes would need 2 GiB for the float table).
+NODE_TABLE_LIMIT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +430,25 @@ class Cluster:
         )
 
     # ------------------------------------------------------------------ hierarchy
+    def meet_between(self, a: np.ndarray, b: np.ndarray, *, pairwise: bool = False) -> np.ndarray:
+        """Meet levels between nodes, computed from the groups (no N × N table).
+
+        ``(len(a), len(b))`` int8 table, or with ``pairwise`` the elementwise meet of ``a[i]``
+        and ``b[i]``: 0 on the same node, ``k`` (1-based) where they first share
+        ``levels[k-1]``, ``len(levels)`` where they share none. O(len·levels).
+        """
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+        if not pairwise:
+            a, b = a[:, None], b[None, :]
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        meet = np.full(shape, max(len(self.levels), 1), dtype=np.int8)
+        for k in range(len(self.levels) - 1, -1, -1):
+            col = self.node_group[:, k]
+            meet[col[a] == col[b]] = k + 1
+        meet[a == b] = 0
+        return meet
+
     def node_meet_level(self) -> np.ndarray:
         """(N, N) int8: 0 on the same node, ``k`` (1-based) where nodes first share ``levels[k-1]``.
 
@@ -434,13 +456,8 @@ class Cluster:
         """
         cached = self._cache.get("node_meet")
         if cached is None:
-            n, n_levels = self.n_nodes, len(self.levels)
-            meet = np.full((n, n), max(n_levels, 1), dtype=np.int8)
-            for k in range(n_levels - 1, -1, -1):
-                col = self.node_group[:, k]
-                meet[col[:, None] == col[None, :]] = k + 1
-            np.fill_diagonal(meet, 0)
-            cached = self._cache["node_meet"] = _readonly(meet)
+            nodes = np.arange(self.n_nodes)
+            cached = self._cache["node_meet"] = _readonly(self.meet_between(nodes, nodes))
         return cached
 
     def node_link_index(self) -> np.ndarray:
@@ -473,7 +490,12 @@ class Cluster:
         a, b = np.broadcast_arrays(a, b)
         na = self.gpu_node[a]
         nb = self.gpu_node[b]
-        out = self.node_link_index()[na, nb]
+        if self.n_nodes <= NODE_TABLE_LIMIT or "node_link" in self._cache:
+            out = self.node_link_index()[na, nb]
+        else:  # no N × N table at this size: meet levels from the groups
+            table = np.concatenate([[SELF_LINK], self.level_link]).astype(np.int8)
+            out = table[self.meet_between(na, nb, pairwise=True)] if self.levels else (
+                np.full(na.shape, SELF_LINK, dtype=np.int8))  # fmt: skip
         same = na == nb
         if same.any():
             out = np.array(out, copy=True)
@@ -526,6 +548,27 @@ class Cluster:
         """
         return self._expand(self.node_link_index(), self.type_intra_link, gpus)
 
+    def level_costs(self) -> np.ndarray:
+        """Seconds per GB at each network level, nearest first."""
+        return self.link_seconds_per_gb[self.level_link.astype(np.int64)]
+
+    def type_cost_table(self, dtype: type = np.float64) -> np.ndarray:
+        """Cached (types, g, g) seconds per GB inside each node type (0 on the diagonal)."""
+        key = f"type_cost_{np.dtype(dtype).name}"
+        table = self._cache.get(key)
+        if table is None:
+            cost = np.concatenate([[0.0], self.link_seconds_per_gb]).astype(dtype)
+            table = self._cache[key] = _readonly(cost[self.type_intra_link.astype(np.int64) + 1])
+        return table
+
+    def node_cost_between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(len(a), len(b)) seconds per GB between nodes (0 for a node with itself), computed
+        from the groups: no N × N table, O(len(a)·len(b)·levels)."""
+        if not self.levels:
+            return np.zeros((len(a), len(b)))
+        cost = np.concatenate([[0.0], self.level_costs()])
+        return cost[self.meet_between(a, b)]
+
     def cost_tables(self, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray]:
         """Cached seconds-per-GB tables: (N, N) between nodes (0 on the diagonal) and
         (types, g, g) inside each node type (0 on the diagonal)."""
@@ -535,7 +578,7 @@ class Cluster:
             cost = np.concatenate([[0.0], self.link_seconds_per_gb]).astype(dtype)
             tables = self._cache[key] = (
                 _readonly(cost[self.node_link_index().astype(np.int64) + 1]),
-                _readonly(cost[self.type_intra_link.astype(np.int64) + 1]),
+                self.type_cost_table(dtype),
             )
         return tables
 

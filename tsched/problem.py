@@ -323,7 +323,7 @@ class PlacementProblem:
             cached = []
             if self.cluster is not None:
                 cl = self.cluster
-                _, type_cost = cl.cost_tables()
+                type_cost = cl.type_cost_table()
                 nodes = self.location_node()
                 bounds = np.r_[0, np.flatnonzero(np.diff(nodes)) + 1, len(nodes)]
                 shared: dict[tuple[int, bytes], np.ndarray] = {}  # one block per type and GPUs
@@ -358,10 +358,19 @@ class PlacementProblem:
             cl = self.cluster
             uniq = np.unique(self.location_node())
             values = list(self.intra_node_costs()[:1])
-            if len(uniq) > 1:
-                meet = cl.node_meet_level()[np.ix_(uniq, uniq)]
-                levels = np.unique(meet[meet > 0])
-                values.append(cl.link_seconds_per_gb[cl.level_link[levels - 1]].min())
+            if len(uniq) > 1 and cl.levels:
+                # levels at which two usable nodes can first meet: a group at level k holding
+                # two groups of the level below (a superset when levels do not nest, so the
+                # minimum stays a lower bound), and the last level
+                below = uniq
+                levels = [len(cl.levels) - 1]
+                for k in range(len(cl.levels)):
+                    key = cl.node_group[uniq, k]
+                    pairs = np.unique(np.stack([key, below]), axis=1)
+                    if len(np.unique(pairs[0])) < pairs.shape[1]:
+                        levels.append(k)
+                    below = key
+                values.append(float(cl.level_costs()[np.unique(levels)].min()))
             value = float(min(values))
         self._cache["dmin"] = value
         return value

@@ -176,18 +176,39 @@ def refine_parts(indptr, indices, w, part, nparts, max_passes):  # pragma: no co
 
 # ---------------------------------------------------------------------- placement search
 @njit(cache=True)
-def _dist(p, q, loc_node, loc_local, node_cost, node_type, type_cost):  # pragma: no cover
+def _dist(p, q, loc_node, loc_local, groups, level_cost, node_type, type_cost):  # pragma: no cover
+    """Seconds per GB between locations p and q: the node type's table on one node, else the
+    cost of the first level whose group the two nodes share (the last level if none)."""
     if p == q:
         return 0.0
     a, b = loc_node[p], loc_node[q]
     if a == b:
         return type_cost[node_type[a], loc_local[p], loc_local[q]]
-    return node_cost[a, b]
+    n_levels = groups.shape[1]
+    if n_levels == 0:
+        return 0.0
+    for k in range(n_levels):
+        if groups[a, k] == groups[b, k]:
+            return level_cost[k]
+    return level_cost[n_levels - 1]
 
 
 @njit(cache=True)
 def _worker_delta(
-    indptr, indices, w, assign, i, skip, old, new, loc_node, loc_local, node_cost, node_type, tc
+    indptr,
+    indices,
+    w,
+    assign,
+    i,
+    skip,
+    old,
+    new,
+    loc_node,
+    loc_local,
+    groups,
+    level_cost,
+    node_type,
+    tc,
 ):  # pragma: no cover - compiled
     """Change of worker i's edge costs when it moves from ``old`` to ``new`` (edge to ``skip``
     left out: its length does not change in an exchange)."""
@@ -198,8 +219,8 @@ def _worker_delta(
             continue
         at = assign[k]
         total += w[e] * (
-            _dist(new, at, loc_node, loc_local, node_cost, node_type, tc)
-            - _dist(old, at, loc_node, loc_local, node_cost, node_type, tc)
+            _dist(new, at, loc_node, loc_local, groups, level_cost, node_type, tc)
+            - _dist(old, at, loc_node, loc_local, groups, level_cost, node_type, tc)
         )
     return total
 
@@ -215,7 +236,8 @@ def local_search(
     loc_local,
     node_first,
     node_end,
-    node_cost,
+    groups,
+    level_cost,
     node_type,
     type_cost,
     order,
@@ -280,12 +302,12 @@ def local_search(
                     j = occ[q]
                     delta = _worker_delta(
                         indptr, indices, w, assign, i, j, p, q,
-                        loc_node, loc_local, node_cost, node_type, type_cost,
+                        loc_node, loc_local, groups, level_cost, node_type, type_cost,
                     )  # fmt: skip
                     if j >= 0:
                         delta += _worker_delta(
                             indptr, indices, w, assign, j, i, q, p,
-                            loc_node, loc_local, node_cost, node_type, type_cost,
+                            loc_node, loc_local, groups, level_cost, node_type, type_cost,
                         )  # fmt: skip
                     if has_lin:
                         delta += lin[i, q] - lin[i, p]

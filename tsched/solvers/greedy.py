@@ -182,8 +182,8 @@ def _grow(problem: PlacementProblem, sym: sp.csr_array, locs: np.ndarray) -> np.
     n = problem.n_workers
     loc_node = problem.location_node()[locs]
     nodes_used, node_of = np.unique(loc_node, return_inverse=True)
-    all_nodes, type_cost = cl.cost_tables()
-    node_cost = all_nodes[np.ix_(nodes_used, nodes_used)]
+    type_cost = cl.type_cost_table()
+    node_cost = cl.node_cost_between(nodes_used, nodes_used)
     intra = np.zeros(len(nodes_used))  # mean intra-node distance of each node's type
     for u, node in enumerate(nodes_used):
         g = int(cl.gpus_per_node[node])

@@ -240,8 +240,8 @@ def sparse_refine(
     used_nodes, loc_node = np.unique(nodes, return_inverse=True)
     loc_node = loc_node.astype(np.int64)
     bounds = np.r_[0, np.flatnonzero(np.diff(loc_node)) + 1, len(loc_node)]
-    node_cost, type_cost = cl.cost_tables()
-    node_cost = np.ascontiguousarray(node_cost[np.ix_(used_nodes, used_nodes)])
+    type_cost = cl.type_cost_table()
+    groups = np.ascontiguousarray(cl.node_group[used_nodes], dtype=np.int64)  # no N × N table
     assign = np.array(assignment, dtype=np.int64)
     occ = np.full(problem.n_locations, -1, dtype=np.int64)
     occ[assign] = np.arange(problem.n_workers)
@@ -262,7 +262,8 @@ def sparse_refine(
         cl.gpu_local[problem.locations].astype(np.int64),
         bounds[:-1].astype(np.int64),
         bounds[1:].astype(np.int64),
-        node_cost,
+        groups,
+        np.ascontiguousarray(cl.level_costs(), dtype=np.float64),
         cl.node_type_index[used_nodes].astype(np.int64),
         np.ascontiguousarray(type_cost),
         order,

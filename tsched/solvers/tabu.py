@@ -103,7 +103,7 @@ def _nearest_first(problem: PlacementProblem, start: np.ndarray) -> np.ndarray:
         return np.arange(problem.n_locations)
     nodes = problem.location_node()
     used = np.unique(nodes[start])
-    level = problem.cluster.node_meet_level()[np.ix_(nodes, used)].min(axis=1)
+    level = problem.cluster.meet_between(nodes, used).min(axis=1)
     return np.argsort(level, kind="stable")
 
 
