@@ -215,3 +215,18 @@ def test_greedy_on_qaplib_within_reason() -> None:
 def test_auto_records_its_choice() -> None:
     r = solve(random_qap(1, 6), method="auto")
     assert r.stats["auto_choice"] == r.method and r.stats["auto_reason"]
+
+
+def test_auto_stops_at_the_asked_gap() -> None:
+    from conftest import moe_problem
+
+    from tsched.errors import InputError
+
+    problem = moe_problem()
+    loose = solve(problem, method="auto", seed=0, time_limit=5, options={"gap": 0.5})
+    assert loose.gap <= 0.5 and "within the asked gap 50 %" in loose.message
+    assert [s["method"] for s in loose.stats["auto_steps"]] == ["greedy"]
+    assert loose.wall_time < 5
+    for bad in (-0.1, 1.0, "lots"):
+        with pytest.raises(InputError, match="option gap="):
+            solve(problem, method="auto", options={"gap": bad})

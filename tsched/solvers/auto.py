@@ -26,7 +26,9 @@
    early if it reaches the bound: with all the time left, or with a third of it when the
    hierarchical CP-SAT model (worker → node, up to :data:`CPSAT_MAX_WORKERS` workers, GPUs of a
    node interchangeable) can then try to prove optimality from that plan.
-5. The best plan found stands, with the best bound and its gap.
+5. The best plan found stands, with the best bound and its gap. With ``options={"gap": g}``
+   auto stops as soon as the certified relative gap is at most ``g`` (after greedy, or after
+   the decomposition), like a MIP solver's relative gap tolerance.
 
 The choice and the reason are in ``result.stats["auto_choice"]`` / ``["auto_reason"]`` and in
 the message; ``["auto_steps"]`` lists every stage run, in order, with its method, seconds and
@@ -87,6 +89,10 @@ class _Steps:
     "auto",
     description="greedy + bound; proves small/hierarchical cases with bnb or "
     "CP-SAT; records the choice",
+    options={
+        "gap": "stop as soon as the certified relative gap is at most this (default 0: search "
+        "until a bound proves the plan or the time limit)",
+    },
 )
 def auto(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
@@ -94,6 +100,7 @@ def auto(
     start = time.perf_counter()
     limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
     steps = _Steps(problem)
+    target_gap = _gap_option(options)
     if problem.n_edges == 0:
         out = get_solver("lap").fn(problem, time_limit=limit, seed=seed, options={})
         steps.add("interaction test: no pairwise traffic", "lap", out)
@@ -120,7 +127,9 @@ def auto(
                 better = replace(greedy, bound=out.bound)
                 why = "the greedy plan of the whole beat the components planned one by one"
                 return _choose(better, "greedy", why, steps)
-    return _single(problem, start, limit, seed, steps, options.get("known_bound"), greedy)
+    return _single(
+        problem, start, limit, seed, steps, options.get("known_bound"), greedy, target_gap
+    )
 
 
 def _by_component(
@@ -200,6 +209,7 @@ def _single(
     steps: _Steps,
     known: float | None = None,
     greedy: SolverOutput | None = None,
+    target_gap: float = 0.0,
 ) -> SolverOutput:
     """Steps 1-5 of the module doc for one connected problem; ``known`` is a lower bound
     proved elsewhere (a component's run on more GPUs), so the search may stop when it meets it;
@@ -217,6 +227,9 @@ def _single(
     tol = 1e-9 * max(1.0, abs(value))
     if bound is not None and value - bound <= tol:
         why = f"greedy meets the {source} bound: proved optimal"
+        return _choose(greedy, "greedy", why, steps)
+    if bound is not None and target_gap > 0 and value - bound <= target_gap * abs(value):
+        why = f"greedy is within the asked gap {100 * target_gap:g} % of the {source} bound"
         return _choose(greedy, "greedy", why, steps)
     n = problem.n_workers
     if _small_flat(problem):
@@ -268,6 +281,9 @@ def _single(
         if bound is not None and best - bound <= tol:
             why = f"{label} meets the {source} bound: proved optimal"
             return _choose(current, label, why, steps)
+        if bound is not None and target_gap > 0 and best - bound <= target_gap * abs(best):
+            why = f"{label} is within the asked gap {100 * target_gap:g} % of the {source} bound"
+            return _choose(current, label, why, steps)
     # improve the start by tabu search: all the time left, or a third of it before CP-SAT
     left = limit - (time.perf_counter() - start)
     share = left / 3 if exact else left
@@ -305,6 +321,20 @@ def _single(
     out = keep_better(problem, out, current.assignment)
     steps.add("exact search (hierarchical model)", "cpsat", out, bound=out.bound)
     return _choose(out, "cpsat", why, steps)
+
+
+def _gap_option(options: dict[str, Any]) -> float:
+    from tsched.errors import InputError
+
+    raw = options.get("gap", 0.0)
+    try:
+        gap = float(raw)
+    except (TypeError, ValueError):
+        gap = -1.0
+    if not 0.0 <= gap < 1.0:
+        raise InputError(f"method 'auto': option gap={raw!r} must be a fraction in [0, 1) "
+                         "(e.g. gap=0.03 for 3 %)")  # fmt: skip
+    return gap
 
 
 def _small_flat(problem: PlacementProblem) -> bool:
