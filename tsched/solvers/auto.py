@@ -3,13 +3,15 @@
 0. The interaction test. Without pairwise traffic the problem is a linear assignment (only
    per-GPU costs): scipy's ``linear_sum_assignment`` solves it exactly (``lap``). When the
    traffic graph falls into independent connected components (two jobs in one workload, a
-   serving pool's replicas), they are planned one after another — heaviest traffic first, with
-   a share of the time by size. Each is first solved alone on every usable GPU: that run's
-   bound holds for the joint problem, and its plan is taken when its GPUs are still free;
-   otherwise the component is solved again on the GPUs the earlier ones left. Workers with no
-   traffic come last, as one linear assignment. The bound is the larger of the whole problem's
-   and the sum of the components' bounds. Instances small enough for
-   branch and bound (step 2) are solved whole instead, to keep the proof; past
+   serving pool's replicas), greedy first plans the whole; if a bound proves that plan (or it
+   is within the asked gap) nothing more is needed. Otherwise the components are planned one
+   after another — heaviest traffic first, with a share of the time by size. Each is first
+   solved alone on every usable GPU: that run's bound holds for the joint problem, and its
+   plan is taken when its GPUs are still free; otherwise the component is solved again on the
+   GPUs the earlier ones left. Workers with no traffic come last, as one linear assignment.
+   The bound is the larger of the whole problem's and the sum of the components' bounds; the
+   better of this plan and the whole's greedy plan stands. Instances small enough for branch
+   and bound (step 2) are solved whole instead, to keep the proof; past
    :data:`COMPONENTS_MAX` components they are planned together (the partitioner keeps them
    apart anyway).
 1. Run the topology-aware greedy (fast at any size) and compute the best lower bound
@@ -116,7 +118,8 @@ def auto(
         )
         value = objective(problem, greedy.assignment)
         bound, source = best_bound(problem, target=value)
-        if bound is None or value - bound > 1e-9 * max(1.0, abs(value)):
+        slack = max(1e-9, target_gap) * max(1.0, abs(value))
+        if bound is None or value - bound > slack:  # not proved, nor within the asked gap
             if len(linked) <= COMPONENTS_MAX:
                 steps.add(f"construction of the whole and the {source} bound", "greedy", greedy,
                           bound=bound)  # fmt: skip
