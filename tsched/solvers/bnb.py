@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.bounds import min_scalar_products
@@ -153,6 +152,8 @@ def reference_branch_and_bound(problem: PlacementProblem) -> tuple[float, np.nda
 
     Slow, small and obviously correct: the tests check the kernel against it. O(exponential).
     """
+    from scipy.optimize import linear_sum_assignment  # slow to import: only when used
+
     flow, dist, linear = _dense(problem)
     n, m = flow.shape[0], dist.shape[0]
     best = [np.inf, np.zeros(n, dtype=np.int64)]

@@ -30,8 +30,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.linalg
-from scipy.optimize import linear_sum_assignment
 
 from tsched.problem import PlacementProblem
 
@@ -94,6 +92,8 @@ def linear_floor(problem: PlacementProblem) -> float:
     if cached is None:
         lin = problem.linear
         if lin.shape[0] <= lin.shape[1] and lin.size <= GL_DENSE_LIMIT:
+            from scipy.optimize import linear_sum_assignment  # slow to import: only when used
+
             rows, cols = linear_sum_assignment(lin)
             cached = float(lin[rows, cols].sum())
         else:
@@ -131,6 +131,8 @@ def gilmore_lawler_bound(problem: PlacementProblem) -> float | None:
         return None
     if n == 1:
         return linear_floor(problem)
+    from scipy.optimize import linear_sum_assignment  # slow to import: only when used
+
     f = problem.flow_dense()
     d = problem.distance()
     best = -np.inf
@@ -371,6 +373,8 @@ def _laplacian_eigenvalues(problem: PlacementProblem, count: int) -> np.ndarray:
     lap = np.diag(dense.sum(axis=1)) - dense
     n = lap.shape[0]
     count = min(count, n)
+    import scipy.linalg
+
     values = scipy.linalg.eigh(lap, eigvals_only=True, subset_by_index=[0, count - 1])
     norm = float(np.abs(lap).sum(axis=1).max()) if n else 0.0
     values = np.maximum(values - 64 * n * np.finfo(float).eps * norm, 0.0)

@@ -15,7 +15,6 @@ import time
 from typing import Any
 
 import numpy as np
-from scipy.optimize import quadratic_assignment
 
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.registry import SolverOutput, register
@@ -28,6 +27,8 @@ def faq_best(
 ) -> tuple[np.ndarray, int]:
     """Best FAQ plan over ``starts`` randomised starts (at least one; fewer if ``deadline``, a
     ``time.perf_counter()`` value, passes). Returns (assignment, starts run)."""
+    from scipy.optimize import quadratic_assignment  # slow to import: only when used
+
     n, m = problem.n_workers, problem.n_locations
     flow = np.zeros((m, m))
     flow[:n, :n] = problem.flow_dense()

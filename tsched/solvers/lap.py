@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from tsched.problem import PlacementProblem
 from tsched.solvers.registry import SolverOutput, register
@@ -26,6 +25,8 @@ def solve_lap(problem: PlacementProblem) -> tuple[np.ndarray, float]:
     n = problem.n_workers
     if problem.linear is None:
         return np.arange(n, dtype=np.int64), 0.0
+    from scipy.optimize import linear_sum_assignment  # slow to import: only when used
+
     lin = problem.linear
     rows, cols = linear_sum_assignment(lin)
     assignment = np.empty(n, dtype=np.int64)
