@@ -8,7 +8,9 @@ Measures, side by side in one process (medians of repeats):
    models/workloads/gpt3-175b-tp8-pp8-dp64.yaml --method greedy --json`` as a subprocess
    (the whole CLI, start-up included);
 4. greedy and the baselines (pack, spread, random, kai-tas) on the same 4,096-worker problem,
-   whole and fragmented (a third of the nodes half busy), with objective, bound and gap;
+   whole and fragmented (a third of the nodes half busy), with objective, bound and gap, and
+   Scotch's static mapping (``scotch_gmap`` onto a ``tleaf`` target, see ``benchmarks/_scotch.py``)
+   where it is installed, timed as the mapping run alone and scored with tsched's objective;
 5. stages by size, 64 to 131,072 GPUs (``--quick``: to 16,384): leaf/spine/core fabrics of
    DGX H100 nodes (16 per leaf, 8 leaves per spine group) with a TP8 × PP8 × DP job on a quarter
    of the GPUs; each stage timed in-process on fresh objects (read the cluster and workload
@@ -32,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import tsched
+from benchmarks import _scotch as scotch
 from benchmarks._common import ROOT, machine, markdown_table, timed, write_result
 
 CLUSTER = ROOT / "models/clusters/fabric-16384.yaml"
@@ -120,6 +123,16 @@ def main(argv: list[str] | None = None) -> int:
                     f"{t:.3f}",
                 ]
             )
+        if scotch.available():
+            assignment, seconds, note = scotch.scotch_map(problem)
+            if assignment is None:
+                table.append(["scotch_gmap", note, "-", "-", "-", "-", f"{seconds:.3f}"])
+            else:
+                value = tsched.objective(problem, assignment)
+                bound = results["greedy"][1].bound
+                table.append(["scotch_gmap", "feasible", f"{value:.2f}", f"{bound:.2f}",
+                              f"{100 * (value - bound) / value:.1f}", f"{value / best:.3f}",
+                              f"{seconds:.3f}"])  # fmt: skip
         free = int(cl.free_mask().sum())
         lines.append(
             f"## {workload.name} on {cl.name}, {label} ({free} free GPUs)\n\n"
