@@ -13,7 +13,9 @@
    better of this plan and the whole's greedy plan stands. Instances small enough for branch
    and bound (step 2) are solved whole instead, to keep the proof; past
    :data:`COMPONENTS_MAX` components they are planned together (the partitioner keeps them
-   apart anyway).
+   apart anyway). Raw QAPs are always solved whole, as before: QAPLIB's instances with
+   isolated facilities (esc*, tai64c, tai256c) are tuned against the whole-problem tabu
+   search, and single timed runs of the two ways did not separate them.
 1. Run the topology-aware greedy (fast at any size) and compute the best lower bound
    (:func:`tsched.solvers.bounds.best_bound`). If they meet, the greedy plan is proved optimal.
 2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound; small
@@ -111,7 +113,7 @@ def auto(
     parts = problem.components()
     linked = [c for c in parts if len(c) > 1]
     greedy = None
-    if len(parts) > 1 and not _small_flat(problem):
+    if len(parts) > 1 and problem.cluster is not None and not _small_flat(problem):
         # a plan of the whole that its bound already proves needs no decomposition
         greedy = get_solver("greedy").fn(
             problem, time_limit=max(0.05, limit / 4), seed=seed, options={}
