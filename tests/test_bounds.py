@@ -132,7 +132,7 @@ def test_product_eigenvalues_equal_the_dense_spectrum(sizes, order) -> None:
                       experts=8 if "ep" in sizes else 0, top_k=2, expert_params_b=6)  # fmt: skip
     w = Workload.from_layout("j", Layout(order=order, **sizes), model)
     problem = PlacementProblem.build(fabric(8, 4), w)
-    fast = product_eigenvalues(problem, w.workers)
+    fast = product_eigenvalues(problem)
     if "cp" in sizes or "ep" in sizes:  # ring attention / dense gradients over DP×EP: no product
         assert fast is None
         return
@@ -150,12 +150,12 @@ def test_product_eigenvalues_refuse_traffic_that_is_no_product() -> None:
     # one extra pair that breaks the product (ranks 0 and 5 differ in two coordinates)
     skew = Workload("skew", w.workers, np.r_[w.src, 0], np.r_[w.dst, 5], np.r_[w.gb, 1.0],
                     layout=w.layout)  # fmt: skip
-    assert product_eigenvalues(PlacementProblem.build(fabric(8, 4), skew), 16) is None
+    assert product_eigenvalues(PlacementProblem.build(fabric(8, 4), skew)) is None
     # one line of a dimension with another weight
     bumped = w.gb.copy()
     bumped[0] *= 1.5
     odd = Workload("odd", w.workers, w.src, w.dst, bumped, layout=w.layout)
-    assert product_eigenvalues(PlacementProblem.build(fabric(8, 4), odd), 16) is None
+    assert product_eigenvalues(PlacementProblem.build(fabric(8, 4), odd)) is None
 
 
 def test_bounds_stop_at_the_first_that_meets_the_plan(monkeypatch) -> None:

@@ -50,19 +50,24 @@ BOUND_SOURCES = {
     "cpsat": "CP-SAT's proved bound",
     "milp": "the MILP solver's proved bound",
     "bnb": "branch and bound's proof",
-    "lap": "the exact optimum of the per-GPU costs (a linear assignment)",
 }
 
-#: Auto's solver classes by scale (mirrors :mod:`tsched.solvers.auto`).
-_CLASSES = (
-    "no pairwise traffic → linear assignment (exact, any size)",
-    "≤ 16 workers on ≤ 20 GPUs → branch and bound (exact)",
-    "≤ 32 workers with a hierarchical view → a quick CP-SAT run on worker → node (exact)",
-    "≤ 256 workers with a hierarchical view → greedy, decomposition, tabu, then CP-SAT "
-    "(exact on worker → node)",
-    "≤ 1024 workers → greedy, decomposition, tabu search (bound from the hierarchy)",
-    "larger → greedy, decomposition, iterated sparse local search (bound from the hierarchy)",
-)
+
+def _classes() -> list[str]:
+    """Auto's solver classes by scale, from its own thresholds."""
+    from tsched.solvers import auto
+
+    return [
+        "no pairwise traffic → linear assignment (exact, any size)",
+        f"≤ {auto.BNB_MAX} workers on ≤ {auto.BNB_MAX + 4} GPUs → branch and bound (exact)",
+        f"≤ {auto.QUICK_CPSAT_WORKERS} workers with a hierarchical view → a quick CP-SAT run on "
+        "worker → node (exact)",
+        f"≤ {auto.CPSAT_MAX_WORKERS} workers with a hierarchical view → greedy, decomposition, "
+        "tabu, then CP-SAT (exact on worker → node)",
+        f"≤ {auto.TABU_MAX_WORKERS} workers → greedy, decomposition, tabu search (bound from "
+        "the hierarchy)",
+        "larger → greedy, decomposition, iterated sparse local search (bound from the hierarchy)",
+    ]
 
 
 def explain(
@@ -250,7 +255,7 @@ def _solver(
             "gpus": problem.n_locations,
             "nodes": len(np.unique(problem.location_node())) if problem.n_locations else 0,
         },
-        "classes": list(_CLASSES),
+        "classes": _classes(),
     }
     if "auto_reason" in stats:
         out["reason"] = stats["auto_reason"]

@@ -214,10 +214,6 @@ class GpuCosts:
         if values is None or not np.all(np.isfinite(values)):
             raise InputError(f"{self.source}: costs must be finite numbers of seconds")
 
-    @property
-    def n_entries(self) -> int:
-        return int(self.matrix.size if self.matrix is not None else len(self.seconds))  # type: ignore[arg-type]
-
     def check_workers(self, workers: int, name: str) -> None:
         """Every entry names a worker in 0 … workers−1 (or the matrix has ``workers`` rows)."""
         if self.matrix is not None:

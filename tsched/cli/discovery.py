@@ -274,15 +274,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- parsers
+#: Node hardware assumed for formats that do not describe GPUs (``_hardware_args``' defaults).
+HARDWARE_DEFAULTS = {"gpus": 8, "gpu_model": "H100", "memory_gb": 0.0, "intra_gbps": 450.0,
+                     "host": None}  # fmt: skip
+
+
+def default_hardware() -> argparse.Namespace:
+    """The hardware arguments as ``_hardware_args`` defaults them (for :func:`read_any_cluster`
+    called by a command without those flags)."""
+    return argparse.Namespace(**HARDWARE_DEFAULTS)
+
+
 def _hardware_args(p: argparse.ArgumentParser) -> None:
+    d = HARDWARE_DEFAULTS
     g = p.add_argument_group("node hardware (formats that do not describe GPUs)")
-    g.add_argument("--gpus", type=int, default=8, help="GPUs per node (default 8)")
-    g.add_argument("--gpu-model", default="H100", help="GPU model (default H100)")
-    g.add_argument("--memory-gb", type=float, default=0.0, help="memory per GPU")
     g.add_argument(
-        "--intra-gbps", type=float, default=450.0, help="intra-node GB/s per direction (450)"
+        "--gpus", type=int, default=d["gpus"], help=f"GPUs per node (default {d['gpus']})"
     )
-    g.add_argument("--host", default=None, help="node name (nvidia-smi, local)")
+    g.add_argument(
+        "--gpu-model", default=d["gpu_model"], help=f"GPU model (default {d['gpu_model']})"
+    )
+    g.add_argument("--memory-gb", type=float, default=d["memory_gb"], help="memory per GPU")
+    g.add_argument("--intra-gbps", type=float, default=d["intra_gbps"],
+                   help=f"intra-node GB/s per direction ({d['intra_gbps']:g})")  # fmt: skip
+    g.add_argument("--host", default=d["host"], help="node name (nvidia-smi, local)")
 
 
 def add_parsers(sub: Any) -> None:

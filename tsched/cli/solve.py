@@ -56,7 +56,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     ok = result.assignment is not None
     validation = None
     if ok and args.validate_against:
-        validation = live_validation(plan, args.validate_against, args)
+        validation = live_validation(plan, args.validate_against)
     write = ok and (validation is None or validation["valid"])
     if write and args.output:
         write_plan(plan, args.output)
@@ -129,7 +129,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
 _RAY_ADDRESS = re.compile(r"^(ray|auto|sandbox|ray://.+|[A-Za-z0-9_.\-]+:\d+)$")
 
 
-def live_validation(plan: Any, against: str, args: argparse.Namespace) -> dict[str, Any]:
+def live_validation(plan: Any, against: str) -> dict[str, Any]:
     """The drift check of ``plan`` against a cluster file or a live Ray cluster.
 
     ``against`` is a cluster in any format ``tsched validate`` reads, or a Ray address
@@ -138,12 +138,10 @@ def live_validation(plan: Any, against: str, args: argparse.Namespace) -> dict[s
     """
     path = Path(against)
     if path.exists() or not _RAY_ADDRESS.match(against):
-        from tsched.cli.discovery import read_any_cluster
+        from tsched.cli.discovery import default_hardware, read_any_cluster
         from tsched.plan import validate_plan
 
-        hardware = argparse.Namespace(gpus=8, gpu_model="H100", memory_gb=0.0, intra_gbps=450.0,
-                                      host=None)  # fmt: skip
-        current = read_any_cluster(against, hardware)
+        current = read_any_cluster(against, default_hardware())
         drift = validate_plan(plan, current)
         problems = [f"worker {d.worker} on {d.node} GPU {d.gpu}: {d.reason}" for d in drift]
         return {"ran": True, "against": f"{against} ({current.name})", "valid": not drift,

@@ -132,9 +132,7 @@ def auto(
                 better = replace(greedy, bound=out.bound)
                 why = "the greedy plan of the whole beat the components planned one by one"
                 return _choose(better, "greedy", why, steps)
-    return _single(
-        problem, start, limit, seed, steps, options.get("known_bound"), greedy, target_gap
-    )
+    return _single(problem, start, limit, seed, steps, greedy=greedy, target_gap=target_gap)
 
 
 def _by_component(
@@ -157,10 +155,11 @@ def _by_component(
         left = limit - (began - start)
         share = max(0.05, left * len(workers) / sum(len(c) for c in linked[k:]))
         label = f"component {k + 1} of {len(linked)} ({len(workers)} workers)"
-        whole = problem.restrict(workers)  # the component alone, on every usable GPU
-        solo = auto(whole, time_limit=share if free.all() else share / 2, seed=seed, options={})
+        whole = problem.restrict(workers)  # the component alone, on every usable GPU (connected)
+        solo = _single(whole, began, share if free.all() else share / 2, seed, _Steps(whole))
+        solo_value = objective(whole, solo.assignment)
         # its bounds (cached on ``whole`` by the run; finished only if the run did not meet one)
-        part_bound, _ = best_bound(whole, target=objective(whole, solo.assignment))
+        part_bound, _ = best_bound(whole, target=solo_value)
         if solo.bound is not None:  # proved on every usable GPU: a bound for the joint problem
             part_bound = max(part_bound if part_bound is not None else -np.inf, solo.bound)
         bound_sum += part_bound if part_bound is not None else -np.inf
@@ -168,14 +167,14 @@ def _by_component(
             out, locs, sub = solo, np.arange(problem.n_locations), whole
         else:
             steps.add(f"{label} alone on all GPUs, for its bound", solo.method or "auto", None,
-                      objective=objective(whole, solo.assignment), bound=part_bound,
+                      objective=solo_value, bound=part_bound,
                       inner=solo.stats.get("auto_steps", []))  # fmt: skip
             locs = np.flatnonzero(free)
             sub = problem.restrict(workers, locs)
-            rest = max(0.05, share - (time.perf_counter() - began))
+            now = time.perf_counter()
+            rest = max(0.05, share - (now - began))
             # fewer GPUs can only cost more: the run alone bounds this one too
-            known = {} if part_bound is None else {"known_bound": part_bound}
-            out = auto(sub, time_limit=rest, seed=seed, options=known)
+            out = _single(sub, now, rest, seed, _Steps(sub), known=part_bound)
             label += " on the GPUs left"
         used = out.method or "auto"
         methods.append(used)

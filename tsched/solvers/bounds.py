@@ -273,7 +273,7 @@ def spectral_bound(
         sizes_by_level.append(np.bincount(cl.node_group[:, k], weights=node_free))
     if eigenvalues is None:
         count = max(_parts_needed(s, n) for s in sizes_by_level)
-        eigenvalues = product_eigenvalues(problem, count)
+        eigenvalues = product_eigenvalues(problem)
         if eigenvalues is None:
             if n > SPECTRAL_LIMIT:
                 return None
@@ -302,9 +302,9 @@ def _greedy_fill(sizes: np.ndarray, n: int) -> np.ndarray:
     return fill
 
 
-def product_eigenvalues(problem: PlacementProblem, count: int) -> np.ndarray | None:
-    """The ``count`` smallest traffic-Laplacian eigenvalues of a parallel layout, from its
-    product structure; None when the traffic is not a Cartesian product (cached).
+def product_eigenvalues(problem: PlacementProblem) -> np.ndarray | None:
+    """All traffic-Laplacian eigenvalues of a parallel layout, ascending, from its product
+    structure; None when the traffic is not a Cartesian product (cached).
 
     A TP × CP × EP × DP × PP job whose traffic joins only ranks that differ in one coordinate,
     with the same weights along every line of a dimension, is the Cartesian product of one small
@@ -317,7 +317,7 @@ def product_eigenvalues(problem: PlacementProblem, count: int) -> np.ndarray | N
     """
     cached = problem._cache.get("product_eigenvalues")
     if cached is not None:
-        return cached  # all n eigenvalues are kept
+        return cached
     layout = problem.workload.layout if problem.workload is not None else None
     n = problem.n_workers
     if layout is None or layout.workers != n:
