@@ -42,6 +42,7 @@ __all__ = [
     "min_scalar_products",
     "linear_floor",
     "product_eigenvalues",
+    "needs_assignment_solver",
 ]
 
 #: Largest n·m for which the dense Gilmore–Lawler bound is computed by default.
@@ -382,13 +383,24 @@ def _laplacian_eigenvalues(problem: PlacementProblem, count: int) -> np.ndarray:
     return values
 
 
+def _dense_gl(problem: PlacementProblem) -> bool:
+    """Whether the dense Gilmore–Lawler bound is computed for this problem by default."""
+    n, m = problem.n_workers, problem.n_locations
+    return problem.cluster is None or n * m <= GL_DENSE_LIMIT and m <= 3000
+
+
+def needs_assignment_solver(problem: PlacementProblem) -> bool:
+    """Whether bounding this problem solves linear assignments (scipy.optimize, slow to import:
+    :func:`tsched.solvers.registry.solve` loads it before its clock starts when this says so)."""
+    return problem.linear is not None or _dense_gl(problem)
+
+
 def _stages(problem: PlacementProblem) -> list[tuple[str, Any]]:
     """The applicable bounds, cheapest first."""
-    n, m = problem.n_workers, problem.n_locations
     stages: list[tuple[str, Any]] = [("basic", basic_bound)]
     if problem.cluster is not None:
         stages.append(("profile", profile_bound))
-    if problem.cluster is None or n * m <= GL_DENSE_LIMIT and m <= 3000:
+    if _dense_gl(problem):
         stages.append(("gilmore-lawler", gilmore_lawler_bound))
     if problem.cluster is not None:
         stages.append(("spectral", spectral_bound))

