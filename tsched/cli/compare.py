@@ -71,6 +71,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         min_runtime=args.min_runtime,
         preemption=not args.no_preemption,
         snapshot_jobs=representative_jobs(jobs),
+        admission=args.admission,
     )
     configs = parse_policies(args.policies, base)
     collective = apps = None
@@ -85,7 +86,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         args.out,
         results,
         usable_gpus=usable,
-        title=f"{args.trace} on {cluster.name} ({args.queue}{', live' if args.live else ''})",
+        title=f"{args.trace} on {cluster.name} ({args.queue}, {args.admission} admission"
+        f"{', live' if args.live else ''})",
         seeds=args.seeds,
         budgets=budgets,
         plots=not args.no_plots,
@@ -221,6 +223,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
+    from tsched.compare.placement import ADMISSIONS
     from tsched.compare.simulator import QUEUES
 
     p = sub.add_parser(
@@ -233,10 +236,15 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--trace", metavar="CSV", help="trace file (format detected from the header)")
     p.add_argument("--columns", metavar="MAP", help="generic CSV mapping, e.g. "
                    "submit=start,gpus=num_gpu,duration=runtime,tenant=user")  # fmt: skip
-    p.add_argument("--policies", metavar="A,B,…", help="solver names, +frag for "
-                   "fragmentation-aware (e.g. greedy,pack,greedy+frag)")  # fmt: skip
+    p.add_argument("--policies", metavar="A,B,…", help="placement rules (fgd, first-fit, "
+                   "best-fit, kai-tas, slurm-tree, whole-nodes, spread, random) or solver names "
+                   "(+frag: fragmentation-aware; +topo/+count: backfill reservation), e.g. "
+                   "fgd,best-fit,greedy")  # fmt: skip
     p.add_argument("--cluster", metavar="PATH", help="cluster/v1 file or preset")
     p.add_argument("--queue", default="fifo", choices=QUEUES, help="queue policy (default fifo)")
+    p.add_argument("--admission", default="any", choices=ADMISSIONS,
+                   help="any: start when enough GPUs are free anywhere (default); compact: one "
+                   "node for a job that fits one, whole nodes for larger ones")  # fmt: skip
     p.add_argument("--seeds", type=int, default=1, help="seeds per policy (default 1)")
     p.add_argument("--budgets", metavar="T=W,…", help="fair-share budgets (tenant or "
                    "tenant/project)")  # fmt: skip

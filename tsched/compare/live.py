@@ -95,6 +95,16 @@ def replay_trace(
         coll0, apps0 = default_apps()
         collective = collective or coll0
         apps = apps if apps is not None else apps0
+    from tsched.compare.placement import RULES
+    from tsched.solvers.registry import solvers
+
+    simulated_only = set(RULES) - set(solvers()) - {"first-fit"}
+    rules = [c.policy for c in configs if c.policy in simulated_only]
+    if rules:
+        raise InputError(
+            f"--live replays solver policies (greedy, auto, pack …); {', '.join(rules)} "
+            "are cluster rules, compared in simulation only"
+        )
     connect(address, error=ExecutorError)
     by_name = {j.name: j for j in jobs}
     out = []
@@ -117,7 +127,7 @@ def replay_trace(
         start = time.perf_counter()
         records = replay(
             replay_jobs,
-            [cfg.policy],
+            ["pack" if cfg.policy == "first-fit" else cfg.policy],
             cluster,
             seed=cfg.seed,
             reservation_timeout=reservation_timeout,

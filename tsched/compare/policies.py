@@ -1,7 +1,9 @@
 """Placement policies of a comparison, and the (policy × seed) sweep, serial or on Ray.
 
-A policy is a registered solver name (``greedy``, ``auto``, ``pack``, ``kai-tas`` …), with the
-suffix ``+frag`` for fragmentation-aware placement (``greedy+frag``). Every run of a sweep gets
+A policy is a cluster placement rule (``first-fit``, ``best-fit``, ``kai-tas``, ``slurm-tree``,
+``whole-nodes``, ``spread``, ``random``, ``fgd``; :mod:`tsched.compare.placement`) or a
+registered solver name (``greedy``, ``auto`` …) with the suffix ``+frag`` for
+fragmentation-aware placement (``greedy+frag``). Every run of a sweep gets
 the same jobs in the same order; a run is a pure function of (jobs, cluster, config), so the Ray
 sweep returns exactly what the serial one does.
 """
@@ -24,25 +26,45 @@ FRAG_SUFFIX = "+frag"
 
 
 def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> list[SimConfig]:
-    """``"greedy,pack,greedy+frag"`` → one :class:`SimConfig` per policy."""
+    """``"fgd,best-fit,greedy+frag"`` → one :class:`SimConfig` per policy.
+
+    A policy is a cluster placement rule (:data:`tsched.compare.placement.RULES`; ``pack`` stands
+    for ``first-fit``) or a registered solver name, optionally followed by ``+frag``
+    (fragmentation-aware subsets, solvers only) and by ``+topo`` or ``+count`` (what the head
+    job of ``backfill`` reserves; ``fgd`` reserves by topology, the others by count).
+    """
+    from tsched.compare.placement import RULES, canonical
     from tsched.solvers.registry import get_solver, solvers
 
     names = [p.strip() for p in (text.split(",") if isinstance(text, str) else text)]
     names = [p for p in names if p]
     if not names:
-        raise InputError("--policies: expected one or more solver names, e.g. greedy,pack")
+        raise InputError("--policies: expected one or more policy names, e.g. fgd,best-fit")
     base = base or SimConfig()
+    valid = sorted(set(RULES) | set(solvers()) | {"pack"})
     out = []
     for name in names:
-        frag = name.endswith(FRAG_SUFFIX)
-        method = name[: -len(FRAG_SUFFIX)] if frag else name
-        if method not in solvers():
+        method, reservation = name, base.reservation
+        for suffix, value in (("+topo", "topology"), ("+count", "count")):
+            if method.endswith(suffix):
+                method, reservation = method[: -len(suffix)], value
+        frag = method.endswith(FRAG_SUFFIX)
+        method = method[: -len(FRAG_SUFFIX)] if frag else method
+        rule = canonical(method) in RULES
+        if not rule and method not in solvers():
             raise InputError(
-                f"--policies: unknown policy {name!r}; valid: {', '.join(sorted(solvers()))} "
-                f"(optionally with {FRAG_SUFFIX})"
+                f"--policies: unknown policy {name!r}; valid: {', '.join(valid)} "
+                f"(optionally with {FRAG_SUFFIX}, +topo or +count)"
             )
-        get_solver(method)
-        out.append(replace(base, policy=method, fragmentation_aware=frag))
+        if frag and rule:
+            raise InputError(
+                f"--policies: {name!r}: {FRAG_SUFFIX} applies to solvers; the rule "
+                f"{canonical(method)!r} chooses its own domain"
+            )
+        if not rule:
+            get_solver(method)
+        out.append(replace(base, policy=canonical(method), fragmentation_aware=frag,
+                           reservation=reservation))  # fmt: skip
     if len({c.label for c in out}) != len(out):
         raise InputError(f"--policies: a policy is named twice in {text!r}")
     return out

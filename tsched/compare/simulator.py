@@ -36,6 +36,7 @@ import heapq
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -122,6 +123,19 @@ class SimConfig:
     snapshot_jobs : tuple of str
         Jobs (by name) whose first placement is kept, with the GPUs busy at that moment, in
         ``SimResult.snapshots`` (for pictures; see :func:`representative_jobs`).
+    admission : str
+        ``any`` (a job starts when enough GPUs are free anywhere) or ``compact`` (one node for a
+        job that fits one, whole nodes for larger ones; see :mod:`tsched.compare.placement`).
+    reservation : str or None
+        What ``backfill``'s head job reserves: ``count`` (a number of GPUs, EASY as published)
+        or ``topology`` (the GPUs its placement rule would give it at the earliest time it can
+        start; later jobs that would still run then must avoid them). ``None``: the policy's
+        own (``topology`` for ``fgd``, ``count`` for the others).
+    stretch : bool
+        Whether a job's run time follows its placement (the job model); ``False`` runs every job
+        at its compact run time, the ceiling no placement can beat.
+    shape_window : int
+        Finished jobs whose GPU-time, with the queue's, weighs the job shapes ``fgd`` expects.
     """
 
     policy: str = "greedy"
@@ -135,8 +149,22 @@ class SimConfig:
     preemption: bool = True
     scan_depth: int = 500
     snapshot_jobs: tuple[str, ...] = ()
+    admission: str = "any"
+    reservation: str | None = None
+    stretch: bool = True
+    shape_window: int = 256
 
     def __post_init__(self) -> None:
+        from tsched.compare.placement import ADMISSIONS
+
+        if self.admission not in ADMISSIONS:
+            raise InputError(
+                f"admission {self.admission!r}: expected one of {', '.join(ADMISSIONS)}"
+            )
+        if self.reservation not in (None, "count", "topology"):
+            raise InputError(f"reservation {self.reservation!r}: expected 'count' or 'topology'")
+        if self.shape_window < 1:
+            raise InputError(f"shape_window must be >= 1, got {self.shape_window}")
         if self.queue not in QUEUES:
             raise InputError(f"queue policy {self.queue!r}: expected one of {', '.join(QUEUES)}")
         for key, w in self.budgets.items():
@@ -148,9 +176,22 @@ class SimConfig:
             raise InputError("fair share: window must be > 0 and min_runtime >= 0")
 
     @property
+    def reserves(self) -> str:
+        """The reservation ``backfill`` makes under this config."""
+        if self.reservation is not None:
+            return self.reservation
+        return "topology" if self.policy == "fgd" else "count"
+
+    @property
     def label(self) -> str:
+        from tsched.compare.placement import canonical
+
         frag = "+frag" if self.fragmentation_aware else ""
-        return f"{self.policy}{frag}"
+        own = "topology" if self.policy == "fgd" else "count"
+        resv = ""
+        if self.reserves != own:
+            resv = "+topo" if self.reserves == "topology" else "+count"
+        return f"{canonical(self.policy)}{frag}{resv}"
 
 
 @dataclass(frozen=True)
@@ -196,6 +237,24 @@ class SimResult:
     usage_by_tenant: dict[str, float]  # GPU-seconds
     wall_time: float
     snapshots: dict[str, Snapshot] = field(default_factory=dict)  # config.snapshot_jobs
+    whole_free: np.ndarray = field(default_factory=lambda: np.zeros(0))  # wholly free nodes
+    blocked: np.ndarray = field(default_factory=lambda: np.zeros(0))  # free GPUs while a
+    # waiting job fits them by count: capacity lost to fragmentation (and to queue order)
+
+    def _integral(self, values: np.ndarray) -> float:
+        if len(self.times) < 2:
+            return 0.0
+        return float(np.sum(values[:-1] * np.diff(self.times)))
+
+    @property
+    def blocked_gpu_hours(self) -> float:
+        """GPU-hours free while some waiting job would have fit them by count."""
+        return self._integral(self.blocked) / 3600.0
+
+    @property
+    def mean_whole_free_nodes(self) -> float:
+        span = self.times[-1] - self.times[0] if len(self.times) > 1 else 0.0
+        return self._integral(self.whole_free) / span if span > 0 else 0.0
 
 
 @dataclass
@@ -260,6 +319,8 @@ class _Waiting:
         self.keys: dict[int, tuple[Any, ...]] = {}
         self.where: dict[int, tuple[str, str, tuple[float, int]]] = {}
         self.groups: dict[str, dict[str, list[tuple[float, int]]]] = {}
+        self.sizes: dict[int, int] = {}  # waiting jobs per GPU count
+        self._size: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -270,7 +331,12 @@ class _Waiting:
     def head(self) -> int:
         return int(self.items[0][-1])
 
-    def add(self, k: int, tenant: str, project: str, submit: float) -> None:
+    def smallest(self) -> int:
+        return min(self.sizes) if self.sizes else 0
+
+    def add(self, k: int, tenant: str, project: str, submit: float, size: int = 1) -> None:
+        self._size[k] = size
+        self.sizes[size] = self.sizes.get(size, 0) + 1
         kk = (*self.key(k), k)
         bisect.insort(self.items, kk)
         self.keys[k] = kk
@@ -279,6 +345,10 @@ class _Waiting:
         self.where[k] = (tenant, project, entry)
 
     def remove(self, k: int) -> None:
+        size = self._size.pop(k)
+        self.sizes[size] -= 1
+        if not self.sizes[size]:
+            del self.sizes[size]
         kk = self.keys.pop(k)
         del self.items[bisect.bisect_left(self.items, kk)]
         tenant, project, entry = self.where.pop(k)
@@ -303,6 +373,12 @@ class _Placer:
         self.rng = np.random.default_rng(config.seed)
         self._iter_cache: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._packed: dict[tuple[str, int], float] = {}
+        from tsched.compare.placement import RULES, canonical
+
+        self.rule = canonical(config.policy) if canonical(config.policy) in RULES else None
+        self.shapes: Mapping[int, float] | None = None  # set by the simulation for fgd
+        self.hold: Callable[[], np.ndarray] | None = None  # seconds until each node is idle
+        self.pressure: Callable[[float, int], float] | None = None  # fgd's fragment weight
         levels = cluster.levels
         self.domain_of_node = (
             cluster.node_group[:, 0].astype(np.int64)
@@ -348,21 +424,67 @@ class _Placer:
             self._packed[key] = self.iteration(app, packed_gpus(self.cluster, n))[0]
         return self._packed[key]
 
+    def slowdown(self, app: AppModel, gpus: np.ndarray) -> float:
+        """Run time on ``gpus`` over the compact run time (1 when stretch is off)."""
+        if not self.config.stretch:
+            return 1.0
+        return self.iteration(app, gpus)[0] / self.packed_iteration(app, len(gpus))
+
     def place(self, job: TraceJob, free: np.ndarray) -> tuple[np.ndarray, float] | None:
         """GPUs for ``job`` among ``free`` (a bool mask), and the plan's objective; None if the
-        policy finds no placement."""
+        policy finds no placement (or none its admission regime allows)."""
         n = job.gpus
         c = self.cluster
         free_idx = np.flatnonzero(free)
         if len(free_idx) < n:
             return None
         free_per_node = np.bincount(c.gpu_node[free_idx], minlength=c.n_nodes)
+        if self.rule is not None:
+            from tsched.compare.placement import View, place
+
+            app = self.app(job)
+            fgd = self.rule == "fgd"
+            view = View(c, free, free_per_node, self.config.admission, self.rng, self.shapes,
+                        lambda g: self.slowdown(app, g),
+                        hold=self.hold() if fgd and self.hold else None,
+                        duration=job.duration if fgd else None,
+                        weight=self.pressure(job.duration, len(free_idx))
+                        if fgd and self.pressure else 1.0)  # fmt: skip
+            gpus = place(self.rule, view, n)
+            return None if gpus is None else (gpus, 0.0)
+        compact = self.config.admission == "compact"
         if n == 1:
             return self._place_one(free_idx, free_per_node), 0.0
         locations = free_idx
+        if compact:
+            locations = self._compact_locations(n, free_idx, free_per_node)
+            if len(locations) < n:
+                return None
         if self.config.fragmentation_aware:
-            locations = self._fragmentation_subset(n, free_idx, free_per_node)
-        return self._solve(job, n, locations)
+            locations = self._fragmentation_subset(n, locations, free_per_node)
+        got = self._solve(job, n, locations)
+        if got is not None and compact:
+            from tsched.compare.placement import View, is_compact, place
+
+            if not is_compact(c, got[0]):  # the solver spread it: the compact best fit instead
+                view = View(c, free, free_per_node, "compact")
+                gpus = place("best-fit", view, n)
+                return None if gpus is None else (gpus, 0.0)
+        return got
+
+    def _compact_locations(
+        self, n: int, free_idx: np.ndarray, free_per_node: np.ndarray
+    ) -> np.ndarray:
+        """Free GPUs of the nodes a compact placement of ``n`` GPUs may use: nodes with room for
+        the whole job, or whole free nodes and nodes with room for the remainder."""
+        size = self.cluster.gpus_per_node
+        gmax = int(size.max())
+        if n <= gmax:
+            ok = free_per_node >= n
+        else:
+            rest = n - (math.ceil(n / gmax) - 1) * gmax
+            ok = (free_per_node == size) | (free_per_node >= rest)
+        return free_idx[ok[self.cluster.gpu_node[free_idx]]]
 
     def _place_one(self, free_idx: np.ndarray, free_per_node: np.ndarray) -> np.ndarray:
         c = self.cluster
@@ -489,6 +611,10 @@ def simulate(
     else:
         queue = _Waiting(lambda k: (state[k].trace.submit,))
     running_tenants: dict[str, int] = {}
+    recent: deque[tuple[int, float]] = deque()
+    shape_gpu_s: dict[int, float] = {}
+    shape_rt: dict[int, float] = {}
+    shape_n: dict[int, int] = {}
     usage = _Usage()
     budgets = dict(config.budgets)
     running: set[int] = set()
@@ -496,9 +622,29 @@ def simulate(
     series_busy: list[int] = []
     series_q: list[int] = []
     series_frag: list[float] = []
+    series_whole: list[int] = []
+    series_blocked: list[int] = []
     done = 0
     next_arrival = 0
     n_jobs = len(jobs)
+
+    on_node: list[dict[int, float]] = [{} for _ in range(cluster.n_nodes)]
+    node_end = np.zeros(cluster.n_nodes)  # when each node's running jobs have all ended
+    clock = [0.0]
+    placer.hold = lambda: np.maximum(node_end - clock[0], 0.0)
+    arrivals: deque[tuple[float, int]] = deque(maxlen=config.shape_window)
+
+    def pressure(duration: float, n_free: int) -> float:
+        """Demand for the free GPUs while a job of ``duration`` runs: the GPUs waiting plus the
+        GPUs expected to arrive meanwhile (recent arrival rate), over the free GPUs, at most 1.
+        Fragments cost only if some job would have used the GPUs they strand."""
+        waiting = sum(size * k for size, k in queue.sizes.items())
+        rate = 0.0
+        if len(arrivals) > 1 and clock[0] > arrivals[0][0]:
+            rate = sum(g for _t, g in arrivals) / (clock[0] - arrivals[0][0])
+        return min(1.0, (waiting + rate * duration) / max(n_free, 1))
+
+    placer.pressure = pressure
 
     def tenant_key(j: _Job) -> str:
         return j.trace.tenant
@@ -509,8 +655,8 @@ def simulate(
     def start(j: _Job, gpus: np.ndarray, objective: float, now: float) -> None:
         nonlocal seq
         app = placer.app(j.trace)
-        t_iter, share = placer.iteration(app, gpus)
-        slowdown = t_iter / placer.packed_iteration(app, len(gpus))
+        _t_iter, share = placer.iteration(app, gpus)
+        slowdown = placer.slowdown(app, gpus)
         j.gpus = gpus
         j.started = now
         j.runtime = j.remaining * j.trace.duration * slowdown
@@ -525,6 +671,9 @@ def simulate(
             busy = np.flatnonzero(~free)
             snapshots[j.trace.name] = Snapshot(now, np.array(gpus), busy, objective)
         free[gpus] = False
+        for node in nodes:
+            on_node[node][j.index] = now + j.runtime
+            node_end[node] = max(node_end[node], now + j.runtime)
         running.add(j.index)
         running_tenants[j.trace.tenant] = running_tenants.get(j.trace.tenant, 0) + 1
         usage.change(tenant_key(j), now, len(gpus))
@@ -536,6 +685,9 @@ def simulate(
     def stop(j: _Job, now: float) -> None:
         assert j.gpus is not None
         free[j.gpus] = True
+        for node in np.unique(cluster.gpu_node[j.gpus]):
+            del on_node[node][j.index]
+            node_end[node] = max(on_node[node].values(), default=now)
         running.discard(j.index)
         running_tenants[j.trace.tenant] -= 1
         if not running_tenants[j.trace.tenant]:
@@ -554,7 +706,7 @@ def simulate(
 
     def enqueue(k: int) -> None:
         j = state[k]
-        queue.add(k, j.trace.tenant, project_key(j), j.trace.submit)
+        queue.add(k, j.trace.tenant, project_key(j), j.trace.submit, j.trace.gpus)
 
     def shares(now: float) -> dict[str, float]:
         """Budget share of each tenant with work (running or queued)."""
@@ -594,9 +746,32 @@ def simulate(
             if not placed or tenant not in queue.groups:
                 tenants.discard(tenant)
 
-    def try_start(k: int, now: float) -> bool:
+    def expected_shapes() -> dict[int, float]:
+        from tsched.compare.placement import expected_shapes as shapes_of
+
+        mean_rt = {s: shape_rt[s] / shape_n[s] for s in shape_n if shape_n[s]}
+        return shapes_of(shape_gpu_s, queue.sizes, mean_rt)
+
+    def finished(j: _Job, now: float) -> None:
+        """Feeds the finished job into the shape history ``fgd`` weighs."""
+        if placer.rule != "fgd":
+            return
+        g, rt = j.trace.gpus, j.trace.duration
+        recent.append((g, rt))
+        shape_gpu_s[g] = shape_gpu_s.get(g, 0.0) + g * rt
+        shape_rt[g] = shape_rt.get(g, 0.0) + rt
+        shape_n[g] = shape_n.get(g, 0) + 1
+        if len(recent) > config.shape_window:
+            g0, rt0 = recent.popleft()
+            shape_gpu_s[g0] -= g0 * rt0
+            shape_rt[g0] -= rt0
+            shape_n[g0] -= 1
+
+    def try_start(k: int, now: float, mask: np.ndarray | None = None) -> bool:
         j = state[k]
-        placed = placer.place(j.trace, free)
+        if placer.rule == "fgd":
+            placer.shapes = expected_shapes()
+        placed = placer.place(j.trace, free if mask is None else mask)
         if placed is None:
             return False
         start(j, placed[0], placed[1], now)
@@ -624,6 +799,9 @@ def simulate(
         enough GPUs."""
         head = state[queue.head()]
         n_free = int(free.sum())
+        if config.reserves == "topology":
+            backfill_topology(now, head, n_free)
+            return
         ends = sorted((state[r].started + state[r].runtime, len(state[r].gpus)) for r in running)
         avail, shadow = n_free, math.inf
         for end, g in ends:
@@ -645,6 +823,51 @@ def simulate(
                 n_free -= need
                 if now + est > shadow:
                     extra -= need
+
+    def backfill_topology(now: float, head: _Job, n_free: int) -> None:
+        """EASY with a reservation that names GPUs: the head job gets the GPUs its rule would
+        give it at the earliest time it can start; a later job starts now if it ends before
+        then, or on GPUs outside that reservation."""
+        future = free.copy()
+        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+        need = head.trace.gpus
+        gmax = int(node_gpus.max())
+        nodes_only = config.admission == "compact" or placer.rule == "whole-nodes"
+        avail = n_free
+        shadow, reserved = math.inf, None
+        for end, r in sorted((state[r].started + state[r].runtime, r) for r in running):
+            g = state[r].gpus
+            assert g is not None
+            future[g] = True
+            np.add.at(per_node, cluster.gpu_node[g], 1)
+            avail += len(g)
+            if avail < need:
+                continue
+            if nodes_only:  # a cheap necessary condition before asking the rule
+                if need <= gmax and per_node.max() < need:
+                    continue
+                whole = per_node == node_gpus
+                if need > gmax and node_gpus[whole].sum() + per_node[~whole].max(initial=0) < need:
+                    continue
+            got = placer.place(head.trace, future)
+            if got is not None:
+                shadow, reserved = end, got[0]
+                break
+        outside = free.copy()
+        if reserved is not None:
+            outside[reserved] = False
+        for k in [item[-1] for item in queue.items[1 : 1 + config.scan_depth]]:
+            if n_free == 0:
+                break
+            j = state[k]
+            need = j.trace.gpus
+            if need > n_free:
+                continue
+            est = j.remaining * j.trace.duration
+            mask = free if now + est <= shadow else outside & free
+            if need <= int(mask.sum()) and try_start(k, now, mask):
+                queue.remove(k)
+                n_free -= need
 
     def _preempt_for(k: int, now: float, ratio: dict[str, float]) -> None:
         j = state[k]
@@ -681,15 +904,21 @@ def simulate(
         series_q.append(len(queue))
         if n_free:
             per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
-            whole = int(per_node[per_node == node_gpus].sum())
+            whole_nodes = per_node == node_gpus
+            whole = int(per_node[whole_nodes].sum())
             series_frag.append(1.0 - whole / n_free)
+            series_whole.append(int(whole_nodes.sum()))
         else:
             series_frag.append(0.0)
+            series_whole.append(0)
+        smallest = queue.smallest()
+        series_blocked.append(n_free if len(queue) and smallest <= n_free else 0)
 
     while done < n_jobs:
         t_arr = jobs[order[next_arrival]].submit if next_arrival < n_jobs else math.inf
         t_evt = events[0][0] if events else math.inf
         now = min(t_arr, t_evt)
+        clock[0] = now
         if now == math.inf:
             raise InputError(
                 f"simulation stalled with {len(queue)} job(s) waiting that no placement fits "
@@ -701,6 +930,7 @@ def simulate(
             if run_id != j.run_id or j.gpus is None:
                 continue
             stop(j, now)
+            finished(j, now)
             j.remaining = 0.0
             j.end = now
             j.gpus = None
@@ -708,6 +938,7 @@ def simulate(
             if progress:
                 progress(done, n_jobs)
         while next_arrival < n_jobs and jobs[order[next_arrival]].submit <= now:
+            arrivals.append((now, jobs[order[next_arrival]].gpus))
             enqueue(order[next_arrival])
             next_arrival += 1
         schedule(now)
@@ -744,4 +975,6 @@ def simulate(
         {t: usage.total(t, end) for t in sorted(tenants)},
         time.perf_counter() - t_wall,
         snapshots,
+        np.asarray(series_whole),
+        np.asarray(series_blocked),
     )

@@ -1,0 +1,374 @@
+"""Cluster placement policies under a load sweep, with replicas, confidence intervals and buckets.
+
+Two traces, each replayed with ``backfill`` (EASY) through every policy, in both admission
+regimes, at several offered loads, several replicas per load (see :mod:`tsched.compare.study`):
+
+* ``philly``: the four-week Philly sample on ``dgx-a100-32node`` (256 GPUs, 2 leaves × 16 DGX
+  A100), day-block replicas of ``--days`` days.
+* ``pollux-6``: Pollux workload 6 on its testbed (``g4dn-12xlarge-16node``, 16 × 4 T4),
+  job-bootstrap replicas.
+
+Written under ``benchmarks/results/``: ``cluster_policies.md`` (tables, goal verdicts, the
+command), ``cluster_policies/runs.csv`` (one row per replay) and plots (JCT and p99 against load
+with 95 % bands, bucket bars, JCT CDFs). ``--quick`` writes the ``-quick`` variants.
+
+    python -m benchmarks.cluster_policies [--quick] [--ray] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from functools import cache
+
+import numpy as np
+
+import tsched
+from benchmarks._common import RESULTS, ROOT, machine, markdown_table, write_result
+from tsched.compare.policies import parse_policies
+from tsched.compare.simulator import SimConfig
+from tsched.compare.study import Cell, at_load, buckets, ci95, replica, run_cells
+from tsched.compare.traces import load_trace
+
+TRACES = ROOT / "tests" / "data" / "traces"
+CLUSTERS = ROOT / "models" / "clusters"
+STUDIES = {
+    "philly": ("philly_jobs_pollux_2017-10-02_2017-10-30.csv", "dgx-a100-32node.yaml"),
+    "pollux-6": ("pollux_workload-6.csv", "g4dn-12xlarge-16node.yaml"),
+}
+BASELINES = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "spread", "random",
+             "greedy"]  # fmt: skip
+PACKING = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes"]
+ABLATIONS = ["best-fit+topo", "fgd+count"]
+OURS = "fgd"
+CEILING = "ceiling"
+
+
+@cache
+def _cluster(name: str) -> tsched.Cluster:
+    return tsched.load_cluster(CLUSTERS / STUDIES[name][1])
+
+
+@cache
+def _trace(name: str) -> tuple:
+    c = _cluster(name)
+    return tuple(load_trace(TRACES / STUDIES[name][0], max_gpus=int((~c.busy_mask).sum())))
+
+
+@cache
+def _jobs(name: str, load: float, rep: int, days: float) -> list:
+    c = _cluster(name)
+    jobs, span = replica(list(_trace(name)), rep, days)
+    return at_load(jobs, int((~c.busy_mask).sum()), load, span)[0]
+
+
+def cells(loads, replicas, admissions, policies, days):
+    out = []
+    for name in STUDIES:
+        for adm in admissions:
+            base = SimConfig(queue="backfill", admission=adm)
+            configs = parse_policies(policies, base)
+            for load in loads:
+                for rep in range(replicas):
+                    for cfg in configs:
+                        out.append(Cell(name, load, rep, replace(cfg, seed=rep), cfg.label))
+                    # the ceiling: compact run times, count admission (placement cannot matter)
+                    ceil = SimConfig(queue="backfill", policy="best-fit", stretch=False, seed=rep)
+                    out.append(Cell(name, load, rep, ceil, CEILING))
+    # longest first, so a pool's last workers are not left with the slow ones
+    return out, days
+
+
+def _fmt_ci(m, lo, hi, scale=3600.0):
+    return f"{m / scale:.2f} ± {(hi - m) / scale:.2f}"
+
+
+def analyse(rows, loads):
+    """Tables and goal verdicts per trace and admission regime."""
+    by = defaultdict(list)
+    for r in rows:
+        by[(r.trace, r.admission, r.load, r.policy)].append(r)
+    lines = []
+    verdicts = []
+    admissions = sorted({r.admission for r in rows if r.policy != CEILING})
+    for name in STUDIES:
+        gpn = int(_cluster(name).gpus_per_node.max())
+        names_b = buckets(gpn)
+        for adm in admissions:
+            lines.append(f"\n## {name}, `{adm}` admission\n")
+            header = ["load", "policy", "mean JCT h (95% CI)", "p99 JCT h", "geo-mean JCT h",
+                      "vs ceiling %", *[f"{b} h" for b in names_b], "blocked GPU-h",
+                      "whole free nodes", "vs best baseline"]  # fmt: skip
+            table = []
+            goal_rows = []
+            for load in loads:
+                ceil = by.get((name, "any", load, CEILING), [])
+                cm = ci95([r.jct_mean for r in ceil])[0] if ceil else math.nan
+                stats = {}
+                for pol in [*BASELINES, *ABLATIONS, OURS]:
+                    rs = by.get((name, adm, load, pol))
+                    if not rs:
+                        continue
+                    stats[pol] = {
+                        "mean": ci95([r.jct_mean for r in rs]),
+                        "p99": ci95([r.jct_p99 for r in rs]),
+                        "geo": ci95([r.jct_geomean for r in rs]),
+                        "buckets": [ci95([r.bucket_jct[k] for r in rs]) for k in range(4)],
+                        "blocked": ci95([r.blocked_gpu_hours for r in rs]),
+                        "whole": ci95([r.whole_free_nodes for r in rs]),
+                        "n": len(rs),
+                    }
+                base = [p for p in BASELINES if p in stats]
+                if not base:
+                    continue
+                best = min(base, key=lambda p: stats[p]["mean"][0])
+                best_p99 = min(base, key=lambda p: stats[p]["p99"][0])
+                for pol, st in stats.items():
+                    verdict = ""
+                    if pol == OURS or pol in ABLATIONS:
+                        verdict = _versus(st, stats[best], best)
+                    elif pol == best:
+                        verdict = "best baseline (mean)"
+                    m = st["mean"]
+                    table.append([
+                        f"{load:.2f}", pol, _fmt_ci(*m), _fmt_ci(*st["p99"]),
+                        _fmt_ci(*st["geo"]),
+                        f"{(m[0] / cm - 1) * 100:+.1f}" if cm == cm else "n/a",
+                        *[("–" if math.isnan(b[0]) else f"{b[0] / 3600:.2f}")
+                          for b in st["buckets"]],
+                        f"{st['blocked'][0]:,.0f}", f"{st['whole'][0]:.1f}", verdict,
+                    ])  # fmt: skip
+                ceil_ci = _fmt_ci(*ci95([r.jct_mean for r in ceil])) if ceil else "n/a"
+                table.append([f"{load:.2f}", CEILING, ceil_ci, "", "", "0.0", *[""] * 4, "", "",
+                              ""])  # fmt: skip
+                if OURS in stats:
+                    goal_rows.append((load, stats, best, best_p99))
+            lines.append(markdown_table(header, table))
+            verdicts += _goals(name, adm, goal_rows, names_b)
+    return "\n".join(lines), verdicts
+
+
+def _versus(st, other, name):
+    (m, lo, hi), (bm, blo, bhi) = st["mean"], other["mean"]
+    d = (m / bm - 1) * 100
+    if hi < blo:
+        return f"{d:+.1f}% vs {name}: lower (CIs apart)"
+    if lo > bhi:
+        return f"{d:+.1f}% vs {name}: higher (CIs apart)"
+    return f"{d:+.1f}% vs {name}: no difference claimed (CIs overlap)"
+
+
+def _goals(name, adm, goal_rows, names_b):
+    out = []
+    if name == "pollux-6":
+        for load, stats, _best, _ in goal_rows:
+            if "spread" not in stats:
+                continue
+            g = stats[OURS]["geo"][0] / stats["spread"]["geo"][0] - 1
+            pack = [p for p in PACKING if p in stats]
+            bp = min(pack, key=lambda p: stats[p]["p99"][0])
+            p99 = stats[OURS]["p99"][0] / stats[bp]["p99"][0] - 1
+            ok = g <= 0.05 and p99 <= 0
+            out.append(f"- {name} `{adm}` load {load:.2f}: geo-mean JCT {g * 100:+.1f}% vs spread "
+                       f"(goal ≤ +5%), p99 {p99 * 100:+.1f}% vs {bp} (goal ≤ 0%): "
+                       f"**{'met' if ok else 'not met'}**")  # fmt: skip
+        return out
+    for load, stats, best, best_p99 in goal_rows:
+        ours, b = stats[OURS], stats[best]
+        no_worse = ours["mean"][0] <= b["mean"][2]
+        mean_gain = 1 - ours["mean"][0] / b["mean"][0]
+        p99_gain = 1 - ours["p99"][0] / stats[best_p99]["p99"][0]
+        apart = ours["mean"][2] < b["mean"][1] and ours["p99"][2] < stats[best_p99]["p99"][1]
+        worst = max(
+            (ours["buckets"][k][0] / b["buckets"][k][0] - 1, names_b[k])
+            for k in range(4)
+            if not math.isnan(b["buckets"][k][0]) and not math.isnan(ours["buckets"][k][0])
+        )
+        line = (f"- {name} `{adm}` load {load:.2f}: mean JCT {-mean_gain * 100:+.1f}% vs "
+                f"{best}, p99 {-p99_gain * 100:+.1f}% vs {best_p99} (negative: fgd lower); worst "
+                f"bucket {worst[1]} {worst[0] * 100:+.1f}%; mean no worse within CI: "
+                f"**{'yes' if no_worse else 'no'}**")  # fmt: skip
+        if load >= 0.9:
+            win = mean_gain >= 0.05 and p99_gain >= 0.10 and apart and worst[0] <= 0.02
+            line += (
+                "; ≥5 % / ≥10 % with CIs apart, no bucket > 2 % worse: "
+                f"**{'met' if win else 'not met'}**"
+            )
+        out.append(line)
+    return out
+
+
+def plots(rows, loads, folder):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    by = defaultdict(list)
+    for r in rows:
+        by[(r.trace, r.admission, r.load, r.policy)].append(r)
+    admissions = sorted({r.admission for r in rows if r.policy != CEILING})
+    pols = [*BASELINES, *ABLATIONS, OURS]
+    for name in STUDIES:
+        gpn = int(_cluster(name).gpus_per_node.max())
+        fig, axes = plt.subplots(2, len(admissions), figsize=(6.5 * len(admissions), 8),
+                                 squeeze=False)  # fmt: skip
+        for col, adm in enumerate(admissions):
+            for row, (key, title) in enumerate((("jct_mean", "mean JCT"), ("jct_p99", "p99 JCT"))):
+                ax = axes[row][col]
+                for pol in [*pols, CEILING]:
+                    a = "any" if pol == CEILING else adm
+                    pts = [(ld, ci95([getattr(r, key) / 3600 for r in by[(name, a, ld, pol)]]))
+                           for ld in loads if by.get((name, a, ld, pol))]  # fmt: skip
+                    if not pts:
+                        continue
+                    x = [p[0] for p in pts]
+                    m = np.array([p[1] for p in pts])
+                    style = {"lw": 2.5, "color": "black"} if pol == OURS else {"lw": 1}
+                    if pol == CEILING:
+                        style = {"ls": "--", "color": "grey"}
+                    ax.plot(x, m[:, 0], marker="o", ms=3, label=pol, **style)
+                    ax.fill_between(x, m[:, 1], m[:, 2], alpha=0.15,
+                                    color=style.get("color"))  # fmt: skip
+                ax.set_yscale("log")
+                ax.set_xlabel("offered load (GPU-hours offered / capacity)")
+                ax.set_ylabel(f"{title} (h), 95% CI band")
+                ax.set_title(f"{name}: {title}, {adm} admission")
+                ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        p = folder / f"{name}-load.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+        # buckets at the load nearest 1.0, and CDFs there
+        ref = min(loads, key=lambda ld: abs(ld - 1.0))
+        names_b = buckets(gpn)
+        fig, axes = plt.subplots(2, len(admissions), figsize=(6.5 * len(admissions), 8),
+                                 squeeze=False)  # fmt: skip
+        for col, adm in enumerate(admissions):
+            ax = axes[0][col]
+            present = [p for p in pols if by.get((name, adm, ref, p))]
+            width = 0.8 / max(len(present), 1)
+            for i, pol in enumerate(present):
+                st = [ci95([r.bucket_jct[k] / 3600 for r in by[(name, adm, ref, pol)]])
+                      for k in range(4)]  # fmt: skip
+                m = np.array(st)
+                ax.bar(np.arange(4) + i * width, m[:, 0], width, yerr=m[:, 2] - m[:, 0],
+                       label=pol, edgecolor="black" if pol == OURS else None)  # fmt: skip
+            ax.set_xticks(np.arange(4) + 0.4 - width / 2, names_b)
+            ax.set_ylabel("mean JCT (h), 95% CI")
+            ax.set_title(f"{name}: by job size, load {ref:.2f}, {adm} admission")
+            ax = axes[1][col]
+            for pol in present:
+                rs = [r for r in by[(name, adm, ref, pol)] if r.replica == 0]
+                if rs:
+                    x = np.sort(rs[0].jct) / 3600
+                    ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=pol,
+                            lw=2.5 if pol == OURS else 1)  # fmt: skip
+            ax.set_xscale("log")
+            ax.set_xlabel("JCT (h), replica 0")
+            ax.set_ylabel("share of jobs")
+            ax.set_title(f"{name}: JCT CDF, load {ref:.2f}, {adm} admission")
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        p = folder / f"{name}-buckets.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 loads, 3 two-day replicas")
+    parser.add_argument("--ray", action="store_true", help="run the replays as Ray tasks")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="processes when not on Ray (default: all cores)")  # fmt: skip
+    parser.add_argument("--replicas", type=int, default=None)
+    parser.add_argument("--days", type=float, default=None, help="days per Philly replica")
+    args = parser.parse_args(argv)
+    if args.quick:
+        loads, replicas, days = [0.8, 1.0, 1.2], 3, 2.0
+    else:
+        loads, replicas, days = [0.6, 0.8, 0.9, 1.0, 1.2, 1.4], 5, 3.0
+    replicas = args.replicas or replicas
+    days = args.days or days
+    policies = [*BASELINES, *ABLATIONS, OURS]
+    todo, days = cells(loads, replicas, ["any", "compact"], policies, days)
+    # warm the caches in this process so the pool gets ready-made jobs
+    t0 = time.perf_counter()
+    done = [0]
+
+    def progress(r):
+        done[0] += 1
+        if done[0] % 25 == 0 or done[0] == len(todo):
+            print(f"  {done[0]}/{len(todo)} replays, {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    rows = run_cells(
+        todo,
+        lambda c: _jobs(c.trace, c.load, c.replica, days),
+        lambda c: str(CLUSTERS / STUDIES[c.trace][1]),
+        workers=args.workers,
+        use_ray=args.ray,
+        progress=progress,
+    )
+    total = time.perf_counter() - t0
+    suffix = "-quick" if args.quick else ""
+    folder = RESULTS / f"cluster_policies{suffix}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "runs.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].row()))
+        w.writeheader()
+        for r in rows:
+            w.writerow(r.row())
+    pics = plots(rows, loads, folder)
+    tables, verdicts = analyse(rows, loads)
+    print("\n".join(verdicts), file=sys.stderr)
+    cmd = "python -m benchmarks.cluster_policies" + (" --quick" if args.quick else "")
+    n_jobs = {name: len(_trace(name)) for name in STUDIES}
+    text = (
+        f"# Cluster placement policies: load sweep with replicas\n\n`{cmd}` — {machine()}; "
+        f"{len(rows)} replays in {total / 60:.1f} min ({args.workers} processes"
+        f"{', Ray' if args.ray else ''}).\n\n"
+        f"Queue: `backfill` (EASY). Loads {', '.join(f'{x:g}' for x in loads)} (offered GPU-hours "
+        "over capacity, reached by scaling arrival times). "
+        f"{replicas} replicas per load: Philly ({n_jobs['philly']:,} jobs) as {days:g}-day "
+        "day-block bootstraps on `dgx-a100-32node` (256 GPUs, 2 leaves); Pollux workload 6 "
+        f"({n_jobs['pollux-6']} jobs) as job bootstraps on `g4dn-12xlarge-16node` (64 T4). "
+        "Every policy replays the same replicas. Intervals: Student-t 95 % over replicas; a "
+        "difference is claimed only where intervals do not overlap. `vs ceiling`: mean JCT over "
+        "the ceiling's (every job at its compact run time, count admission). "
+        "`blocked GPU-h`: GPU-hours free while a waiting job would have fit them by count. "
+        "Buckets: mean JCT per job size.\n\n"
+        "Policies: baselines "
+        + ", ".join(f"`{p}`" for p in BASELINES)
+        + f"; tsched's `{OURS}`; ablations "
+        + ", ".join(f"`{p}`" for p in ABLATIONS)
+        + " (best fit with fgd's topology reservation; fgd with a count reservation), which "
+        "say which of fgd's two parts wins what.\n\n"
+        "## Goals\n\n"
+        + "\n".join(verdicts)
+        + "\n"
+        + tables
+        + "\n\nPlots: "
+        + ", ".join(f"`{p.relative_to(RESULTS)}`" for p in pics)
+        + "\n"
+    )
+    write_result("cluster_policies" + suffix, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

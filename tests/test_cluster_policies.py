@@ -1,0 +1,266 @@
+"""Cluster placement rules, admission regimes, reservations, the ceiling and the study statistics,
+checked on hand-built clusters and traces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tsched.cluster import Cluster, LinkClass, Node, NodeType
+from tsched.compare.jobmodel import AppModel, CollectiveModel
+from tsched.compare.placement import View, fragmentation, is_compact, place
+from tsched.compare.policies import parse_policies
+from tsched.compare.simulator import SimConfig, simulate
+from tsched.compare.study import at_load, bucket_of, ci95, offered_load, replica
+from tsched.compare.traces import TraceJob
+from tsched.errors import InputError
+
+FLAT = {"x": AppModel("x", 1.0, 0.0, 0.0)}  # no communication: run time = duration
+
+
+def fabric(nodes_per_leaf: int = 2, leaves: int = 2, gpus: int = 4) -> Cluster:
+    """``leaves`` leaves of ``nodes_per_leaf`` nodes of ``gpus`` GPUs; node k is ``n{k}``."""
+    return Cluster(
+        name="fabric",
+        links={
+            "nvl": LinkClass("nvl", 100, 1),
+            "leaf": LinkClass("leaf", 10, 5),
+            "spine": LinkClass("spine", 5, 10),
+        },  # fmt: skip
+        levels=("leaf", "spine"),
+        node_types={"n": NodeType("n", gpus, "H100", 80, intra="nvl", nics=gpus, nic_gbps=400)},
+        nodes=tuple(
+            Node(f"n{k}", "n", {"leaf": f"l{k // nodes_per_leaf}", "spine": "s"})
+            for k in range(nodes_per_leaf * leaves)
+        ),
+    )
+
+
+def view(cluster: Cluster, busy: list[int], admission: str = "any", **kw) -> View:
+    free = np.ones(cluster.n_gpus, dtype=bool)
+    free[busy] = False
+    per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+    return View(cluster, free, per_node, admission, np.random.default_rng(0), **kw)
+
+
+def job(name: str, submit: float, gpus: int, duration: float) -> TraceJob:
+    return TraceJob(name, float(submit), gpus, float(duration), "x")
+
+
+def sim(jobs, cluster, policy, queue="backfill", **kw):
+    cfg = parse_policies(policy, SimConfig(queue=queue, **kw))[0]
+    res = simulate(jobs, cluster, cfg, collective=CollectiveModel(), apps=FLAT)
+    return {r.job: r for r in res.records}, res
+
+
+# ---------------------------------------------------------------------------- the rules
+# Nodes n0..n3 (GPUs 0-3, 4-7, 8-11, 12-15); leaves l0 = {n0, n1}, l1 = {n2, n3}.
+# Busy: n0 has 3 busy (1 free), n1 has 1 busy (3 free), n2 and n3 are whole.
+BUSY = [0, 1, 2, 4]
+
+
+def test_first_fit_takes_the_first_free_gpus_in_node_order() -> None:
+    c = fabric()
+    assert place("first-fit", view(c, BUSY), 2).tolist() == [3, 5]  # spans n0 and n1
+    assert place("pack", view(c, BUSY), 2).tolist() == [3, 5]  # the old name
+    assert place("first-fit", view(c, BUSY, "compact"), 2).tolist() == [5, 6]  # n1: first room
+
+
+def test_best_fit_takes_the_fullest_node_that_fits() -> None:
+    c = fabric()
+    assert place("best-fit", view(c, BUSY), 1).tolist() == [3]  # n0 has 1 free
+    assert place("best-fit", view(c, BUSY), 3).tolist() == [5, 6, 7]  # n1 has exactly 3
+    # no node holds 5 compactly without whole nodes: one whole node plus the best fit for 1
+    got = place("best-fit", view(c, BUSY, "compact"), 5)
+    assert sorted(set(c.gpu_node[got].tolist())) == [0, 2]
+
+
+def test_kai_tas_and_slurm_tree_take_the_tightest_domain() -> None:
+    c = fabric()
+    # 6 GPUs: no node holds them; leaf l0 has 4 free, l1 has 8: l1 is the only leaf that fits
+    for rule in ("kai-tas", "slurm-tree"):
+        got = place(rule, view(c, BUSY), 6)
+        assert set(c.gpu_node[got].tolist()) <= {2, 3}
+    # 4 GPUs, no node with 4 free: l0 has 4 free (1 + 3), l1 has 5 (2 + 3): l0 is the tightest
+    busy = [*BUSY, 8, 9, 12]
+    assert sorted(place("kai-tas", view(c, busy), 4).tolist()) == [3, 5, 6, 7]
+    assert place("slurm-tree", view(c, busy, "compact"), 4) is None  # no node holds it
+    # a node that holds the job is the tightest domain of all
+    busy = [*BUSY, 8, 9]
+    assert set(c.gpu_node[place("slurm-tree", view(c, busy, "compact"), 4)].tolist()) == {3}
+    assert set(c.gpu_node[place("kai-tas", view(c, busy), 4)].tolist()) == {3}
+
+
+def test_whole_nodes_rule_waits_for_idle_nodes_even_under_any_admission() -> None:
+    c = fabric()
+    got = place("whole-nodes", view(c, BUSY), 8)
+    assert sorted(set(c.gpu_node[got].tolist())) == [2, 3]  # the high end
+    assert place("whole-nodes", view(c, [*BUSY, 15]), 8) is None  # 11 free, one whole node
+    assert place("first-fit", view(c, [*BUSY, 15]), 8) is not None  # count admission starts it
+
+
+def test_spread_takes_the_emptiest_nodes_round_robin() -> None:
+    c = fabric()
+    got = place("spread", view(c, BUSY), 2)
+    assert sorted(c.gpu_node[got].tolist()) == [2, 3]
+
+
+def test_compact_admission_refuses_a_scattered_placement() -> None:
+    c = fabric(nodes_per_leaf=1, leaves=2)  # two nodes of 4
+    busy = [0, 1, 4, 5]  # 2 free on each node
+    for rule in ("first-fit", "best-fit", "kai-tas", "slurm-tree", "spread", "random", "fgd"):
+        assert place(rule, view(c, busy, "compact"), 3) is None, rule
+        got = place(rule, view(c, busy, "any"), 3)
+        if rule != "fgd":
+            assert got is not None and not is_compact(c, got), rule
+
+
+def test_fragmentation_is_what_the_shapes_cannot_use() -> None:
+    f = fragmentation(np.array([4, 3, 2, 1, 0]), 4, {1: 0.5, 2: 0.25, 4: 0.25})
+    # shape 1: nothing lost; shape 2: free mod 2; shape 4: all of a partial node
+    assert f.tolist() == [0.0, 0.25 * 1 + 0.25 * 3, 0.25 * 2, 0.25 * 1 + 0.25 * 1, 0.0]
+
+
+def test_fgd_keeps_whole_nodes_and_fills_holes_that_stay_anyway() -> None:
+    c = fabric()
+    shapes = {1: 0.2, 4: 0.8}
+    # n0 has 1 free and stays busy 1000 s; n1 has 3 free and frees in 10 s: a 1-GPU job of
+    # 100 s fills n0's lasting hole rather than keep n1 from becoming whole
+    hold = np.array([1000.0, 10.0, 0.0, 0.0])
+    got = place("fgd", view(c, BUSY, "compact", shapes=shapes, hold=hold, duration=100.0), 1)
+    assert c.gpu_node[got].tolist() == [0]
+    # with n0's hole gone, a 1-GPU job goes to n1 (no whole node broken)
+    got = place("fgd", view(c, [*BUSY, 3], "compact", shapes=shapes, hold=hold, duration=100.0), 1)
+    assert c.gpu_node[got].tolist() == [1]
+    # an 8-GPU job takes the two whole nodes of one leaf
+    got = place("fgd", view(c, BUSY, "compact", shapes=shapes), 8)
+    assert sorted(set(c.gpu_node[got].tolist())) == [2, 3]
+
+
+def test_unknown_rule_and_bad_policy_suffixes_are_refused() -> None:
+    c = fabric()
+    with pytest.raises(InputError, match="unknown placement rule"):
+        place("nope", view(c, BUSY), 1)
+    with pytest.raises(InputError, match=r"\+frag applies to solvers"):
+        parse_policies("best-fit+frag")
+    with pytest.raises(InputError, match="unknown policy"):
+        parse_policies("fgd,bogus")
+    with pytest.raises(InputError, match="admission"):
+        SimConfig(admission="loose")
+
+
+def test_policy_labels_say_what_runs() -> None:
+    labels = [c.label for c in parse_policies("pack,fgd,fgd+count,best-fit+topo,greedy")]
+    assert labels == ["first-fit", "fgd", "fgd+count", "best-fit+topo", "greedy"]
+
+
+# ---------------------------------------------------------------------------- the simulator
+def test_admission_regimes_start_scattered_or_wait() -> None:
+    c = fabric(nodes_per_leaf=1, leaves=2)  # two nodes of 4
+    jobs = [job("a", 0, 3, 100), job("b", 0, 3, 50), job("c", 1, 2, 10)]
+    # best fit: a → n0, b → n1; one GPU is left on each node
+    recs, _ = sim(jobs, c, "best-fit", queue="fifo", admission="any")
+    assert recs["c"].start == 1 and recs["c"].nodes == 2  # scattered at once
+    recs, _ = sim(jobs, c, "best-fit", queue="fifo", admission="compact")
+    assert recs["c"].start == 50 and recs["c"].nodes == 1  # waits for b's node
+
+
+def test_topology_reservation_keeps_the_head_jobs_node() -> None:
+    c = fabric(nodes_per_leaf=1, leaves=2)  # two nodes of 4
+    jobs = [job("a", 0, 2, 100), job("b", 0, 3, 50), job("h", 1, 4, 10), job("s", 2, 1, 1000)]
+    # a → n0 (2 left), b → n1 (1 left). h needs a whole node; n1 is whole at 50.
+    count, _ = sim(jobs, c, "best-fit+count", admission="compact")
+    topo, _ = sim(jobs, c, "best-fit+topo", admission="compact")
+    # count: s fits the surplus GPU count and takes n1's last GPU, so h waits for n0 at 100
+    assert count["s"].start == 2 and count["h"].start == 100
+    # topology: n1 is reserved for h; s goes to n0 and h starts when b ends
+    assert topo["s"].start == 2 and topo["h"].start == 50
+
+
+def test_ceiling_equals_every_policy_where_placement_cannot_matter() -> None:
+    rng = np.random.default_rng(3)
+    c = fabric(nodes_per_leaf=1, leaves=1, gpus=8)  # one node: every placement is the same
+    jobs = [job(f"j{k}", float(t), int(g), float(d)) for k, (t, g, d) in
+            enumerate(zip(np.sort(rng.uniform(0, 500, 60)), rng.choice([1, 2, 4, 8], 60),
+                          rng.uniform(5, 80, 60)))]  # fmt: skip
+    ceiling, _ = sim(jobs, c, "best-fit", queue="fifo", stretch=False)
+    for policy in ("first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "spread",
+                   "random", "fgd", "greedy"):  # fmt: skip
+        for admission in ("any", "compact"):
+            recs, _ = sim(jobs, c, policy, queue="fifo", admission=admission)
+            assert [recs[j.name].jct for j in jobs] == pytest.approx(
+                [ceiling[j.name].jct for j in jobs]
+            ), (policy, admission)
+
+
+def test_blocked_gpu_hours_count_free_gpus_a_waiting_job_could_use_by_count() -> None:
+    c = fabric(nodes_per_leaf=1, leaves=2)
+    jobs = [job("a", 0, 3, 3600), job("b", 0, 3, 7200), job("c", 0, 2, 10)]
+    _, res = sim(jobs, c, "first-fit", queue="fifo", admission="compact")
+    # c (2 GPUs) waits an hour while 2 GPUs (1 + 1) are free
+    assert res.blocked_gpu_hours == pytest.approx(2.0)
+    assert res.mean_whole_free_nodes >= 0
+
+
+# ---------------------------------------------------------------------------- the study
+def test_ci95_matches_scipy() -> None:
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 12):
+        x = rng.lognormal(size=n)
+        m, lo, hi = ci95(x)
+        ref = stats.ttest_1samp(x, 0.0).confidence_interval(0.95)
+        assert (lo, hi) == pytest.approx((ref.low, ref.high))
+        assert m == pytest.approx(x.mean())
+    assert ci95([4.0]) == (4.0, 4.0, 4.0)
+
+
+def test_load_scaling_reaches_the_asked_load() -> None:
+    jobs = [job(f"j{k}", k * 100.0, 2, 500.0) for k in range(11)]
+    assert offered_load(jobs, 4) == pytest.approx(11 * 2 * 500 / (4 * 1000))
+    scaled, factor = at_load(jobs, 4, 0.5)
+    assert offered_load(scaled, 4) == pytest.approx(0.5)
+    assert factor == pytest.approx(2.75 / 0.5)
+
+
+def test_day_block_replicas_keep_each_days_arrivals() -> None:
+    day = 86400.0
+    jobs = [job(f"d{d}-{k}", d * day + k * 600.0, 1, 60.0) for d in range(5) for k in range(d + 1)]
+    a, span = replica(jobs, 1, days=3)
+    b, _ = replica(jobs, 2, days=3)
+    assert span == 3 * day
+    # each slot holds one whole source day: its job count is that day's index + 1
+    for slot in range(3):
+        inside = [j for j in a if slot * day <= j.submit < (slot + 1) * day]
+        src = {j.name.split("-")[0] for j in inside}
+        assert len(src) == 1 and len(inside) == int(src.pop()[1:]) + 1
+    assert replica(jobs, 1, days=3)[0] == a  # a pure function of (trace, index)
+    assert any(replica(jobs, k, days=3)[0] != a for k in range(2, 8))  # other seeds differ
+    assert b
+
+
+def test_size_buckets_are_node_relative() -> None:
+    assert bucket_of(np.array([1, 2, 7, 8, 9, 64]), 8).tolist() == [0, 1, 1, 2, 3, 3]
+    assert bucket_of(np.array([1, 3, 4, 6]), 4).tolist() == [0, 1, 2, 3]
+
+
+def test_compare_cli_runs_rules_under_compact_admission(tmp_path, capsys) -> None:
+    import json
+    from pathlib import Path
+
+    from tsched.cli import main
+
+    root = Path(__file__).parents[1]
+    out = tmp_path / "cmp"
+    code = main(["compare", "--trace", str(root / "tests/data/traces/pollux_workload-6.csv"),
+                 "--policies", "fgd,best-fit,slurm-tree", "--cluster",
+                 str(root / "models/clusters/g4dn-12xlarge-16node.yaml"), "--limit", "60",
+                 "--queue", "backfill", "--admission", "compact", "--out", str(out), "--json",
+                 "--no-plots"])  # fmt: skip
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in summary["runs"]] == ["fgd", "best-fit", "slurm-tree"]
+    # compact admission: every job of up to a node ran on one node
+    from tsched.compare.records import read_records
+
+    assert all(r.nodes == 1 for r in read_records(out / "records.csv") if r.gpus <= 4)

@@ -1,0 +1,480 @@
+"""Cluster-level placement rules: which free GPUs a job of ``n`` GPUs gets, and when it must wait.
+
+The rules of the schedulers people run, each reproduced as its documentation or code states it,
+and ``fgd``, tsched's own. A rule sees the free GPUs, the admission regime and (``fgd``) the
+shapes of the work it expects; it returns GPU indices or ``None`` (the job waits).
+
+Admission regimes (:data:`ADMISSIONS`):
+
+``any``
+    A job may start whenever ``n`` GPUs are free anywhere; a scattered placement only runs slower
+    (the job model stretches it).
+``compact``
+    The production regime: a job that fits in one node gets one node, and a larger one gets
+    ``⌈n/G⌉`` nodes (``G`` GPUs per node): whole free nodes, plus one node with room for the
+    remainder when ``n`` is not a multiple of ``G``. Fragmentation shows up as waiting.
+
+Rules (:data:`RULES`; ``pack`` is an alias of ``first-fit``):
+
+``first-fit``
+    The first free GPUs in node order (Kubernetes' and KAI's default bin-packing; what tsched
+    called ``pack``). Compact: the first node by index with room, whole nodes by index.
+``best-fit``
+    The fullest node that fits (the classic best-fit bin-packing rule, and the *best-fit* baseline
+    of FGD, Weng et al., USENIX ATC'23). A job no node holds takes whole nodes and the best-fitting
+    node for the remainder, and under ``any`` with too few whole nodes fills the fullest nodes
+    first (holes first).
+``kai-tas``
+    KAI Scheduler's topology-aware scheduling: among the domains of the lowest level that hold
+    the whole gang, the one with the least free capacity; inside it, first fit (NVIDIA
+    KAI-Scheduler ``docs/topology/README.md``).
+``slurm-tree``
+    Slurm's ``topology/tree``: the lowest switch level that satisfies the job, best fit among the
+    switches of that level, then best fit over the nodes below it (slurm.schedmd.com/topology).
+``whole-nodes``
+    The rule of several research schedulers (Helios' consolidate placer, Sia's whole-node
+    configurations): a job of up to one node goes best fit to one node; a larger one runs only on
+    whole idle nodes, taken from the high end of the cluster so single-node jobs and distributed
+    jobs stay apart. It waits otherwise, under either admission regime.
+``spread``
+    The emptiest nodes first, round-robin (load balancing; Kubernetes' ``LeastAllocated``).
+``random``
+    Uniformly random free GPUs (seeded); compact: a random node, random whole nodes.
+``fgd``
+    Fragmentation gradient descent extended to whole-GPU, multi-node jobs (see :class:`Fgd`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tsched.cluster import Cluster
+from tsched.errors import InputError
+
+__all__ = [
+    "ADMISSIONS",
+    "RULES",
+    "ALIASES",
+    "View",
+    "place",
+    "is_compact",
+    "fragmentation",
+]
+
+ADMISSIONS = ("any", "compact")
+RULES = ("first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "spread", "random", "fgd")
+ALIASES = {"pack": "first-fit"}
+
+
+@dataclass
+class View:
+    """What a rule sees of the cluster at one decision.
+
+    ``free`` is the boolean mask of free GPUs, ``per_node`` the free GPUs per node. ``shapes``
+    maps a job size (GPUs) to its weight in the work expected next (``fgd``); ``slowdown(gpus)``
+    is the job's run time on ``gpus`` over its compact run time (``fgd``). ``hold`` is, per node,
+    the seconds until its running jobs have all ended, and ``duration`` the job's expected run
+    time (``fgd``; without them fragments are weighed without time). ``weight`` prices a
+    fragmented GPU-second against a GPU-second of the job's own (``fgd``).
+    """
+
+    cluster: Cluster
+    free: np.ndarray
+    per_node: np.ndarray
+    admission: str = "any"
+    rng: np.random.Generator | None = None
+    shapes: Mapping[int, float] | None = None
+    slowdown: Callable[[np.ndarray], float] | None = None
+    weight: float = 1.0
+    hold: np.ndarray | None = None
+    duration: float | None = None
+
+    @property
+    def size(self) -> np.ndarray:
+        return self.cluster.gpus_per_node
+
+    @property
+    def whole(self) -> np.ndarray:
+        return self.per_node == self.cluster.gpus_per_node
+
+
+def _gpus_of(view: View, nodes: np.ndarray | list[int], n: int) -> np.ndarray:
+    """The first free GPUs of ``nodes`` in that order, ``n`` in all."""
+    c = view.cluster
+    out: list[np.ndarray] = []
+    left = n
+    for node in nodes:
+        s = int(c.node_offset[node])
+        idx = s + np.flatnonzero(view.free[s : s + int(c.gpus_per_node[node])])
+        take = idx[:left]
+        out.append(take)
+        left -= len(take)
+        if left == 0:
+            break
+    if left:
+        raise AssertionError("rule chose nodes without room")  # a bug, never input
+    return np.concatenate(out).astype(np.int64)
+
+
+def node_count(cluster: Cluster, n: int) -> int:
+    """The fewest nodes that can hold ``n`` GPUs (largest nodes first)."""
+    sizes = np.sort(cluster.gpus_per_node)[::-1]
+    return int(np.searchsorted(np.cumsum(sizes), n) + 1)
+
+
+def is_compact(cluster: Cluster, gpus: np.ndarray) -> bool:
+    """Whether a placement uses the fewest nodes a job of its size can."""
+    return len(np.unique(cluster.gpu_node[gpus])) == node_count(cluster, len(gpus))
+
+
+def _compact(
+    view: View,
+    n: int,
+    single_key: Callable[[np.ndarray], tuple[np.ndarray, ...]],
+    whole_key: Callable[[np.ndarray], tuple[np.ndarray, ...]],
+    allowed: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """A compact placement: one node with room (the best by ``single_key``), or whole nodes
+    (best first by ``whole_key``) plus the best node with room for the remainder. Keys are
+    tuples for :func:`numpy.lexsort`, most significant first; ties go to the lower index."""
+    f = view.per_node
+    ok = np.ones(len(f), dtype=bool) if allowed is None else allowed
+    gmax = int(view.size.max())
+    if n <= gmax:
+        cand = np.flatnonzero(ok & (f >= n))
+        if not len(cand):
+            return None
+        best = cand[_order(cand, single_key)[0]]
+        return _gpus_of(view, [best], n)
+    wholes = np.flatnonzero(ok & view.whole)
+    if not len(wholes):
+        return None
+    wholes = wholes[_order(wholes, whole_key)]
+    cum = np.cumsum(view.size[wholes])
+    k = int(np.searchsorted(cum, n))  # whole nodes wholes[:k+1] hold n
+    if k < len(wholes) and cum[k] == n:
+        return _gpus_of(view, wholes[: k + 1], n)
+    if k == 0 and cum[0] > n:
+        return None  # cannot happen when n > gmax
+    taken = wholes[:k]
+    rest = n - (int(cum[k - 1]) if k else 0)
+    mask = ok & (f >= rest)
+    mask[taken] = False
+    cand = np.flatnonzero(mask)
+    if not len(cand):
+        return None
+    last = cand[_order(cand, single_key)[0]]
+    return _gpus_of(view, [*taken, last], n)
+
+
+def _order(nodes: np.ndarray, key: Callable[[np.ndarray], tuple[np.ndarray, ...]]) -> np.ndarray:
+    keys = key(nodes)
+    return np.lexsort((nodes, *reversed(keys)))
+
+
+def _first_fit(view: View, n: int) -> np.ndarray | None:
+    if view.admission == "compact":
+        return _compact(view, n, lambda c: (), lambda c: ())
+    idx = np.flatnonzero(view.free)
+    return idx[:n] if len(idx) >= n else None
+
+
+def _best_fit(view: View, n: int) -> np.ndarray | None:
+    f = view.per_node
+    got = _compact(view, n, lambda c: (f[c],), lambda c: ())
+    if got is not None or view.admission == "compact":
+        return got
+    nodes = np.flatnonzero(f > 0)
+    nodes = nodes[np.lexsort((nodes, f[nodes]))]  # fullest first: spend the holes
+    return _gpus_of(view, nodes, n) if f.sum() >= n else None
+
+
+def _domains(view: View) -> list[np.ndarray]:
+    """Domain id per node for each level above the node (lowest first)."""
+    c = view.cluster
+    return [c.node_group[:, k] for k in range(len(c.levels))] if c.levels else []
+
+
+def _tightest(
+    view: View, n: int, inside: Callable[[np.ndarray], np.ndarray | None]
+) -> np.ndarray | None:
+    """The lowest level at which some domain holds the job; among those domains the one with the
+    least free GPUs; ``inside(allowed_nodes)`` places the job there."""
+    f = view.per_node
+    gmax = int(view.size.max())
+    if n <= gmax:  # level zero: the fullest node that holds the job
+        fits = np.flatnonzero(f >= n)
+        if len(fits):
+            return inside(np.arange(len(f)) == fits[np.lexsort((fits, f[fits]))[0]])
+    for dom in _domains(view):
+        if view.admission == "compact" and n > gmax:
+            room = np.bincount(dom, weights=np.where(view.whole, view.size, 0))
+            # whole nodes plus at most one partial node with the remainder
+            room = room + np.bincount(dom, weights=np.where(view.whole, 0, f)).clip(max=gmax)
+        else:
+            room = np.bincount(dom, weights=f)
+        fits = np.flatnonzero(room >= n)
+        for d in fits[np.lexsort((fits, room[fits]))]:
+            got = inside(dom == d)
+            if got is not None:
+                return got
+    return inside(np.ones(len(f), dtype=bool))
+
+
+def _restricted(view: View, allowed: np.ndarray) -> View:
+    free = view.free.copy()
+    free[~allowed[view.cluster.gpu_node]] = False
+    per_node = np.where(allowed, view.per_node, 0)
+    return replace(view, free=free, per_node=per_node)
+
+
+def _kai_tas(view: View, n: int) -> np.ndarray | None:
+    return _tightest(view, n, lambda ok: _first_fit(_restricted(view, ok), n))
+
+
+def _slurm_tree(view: View, n: int) -> np.ndarray | None:
+    return _tightest(view, n, lambda ok: _best_fit(_restricted(view, ok), n))
+
+
+def _whole_nodes(view: View, n: int) -> np.ndarray | None:
+    f = view.per_node
+    gmax = int(view.size.max())
+    if n <= gmax:
+        return _compact(view, n, lambda c: (f[c],), lambda c: ())
+    wholes = np.flatnonzero(view.whole)[::-1]  # the high end first
+    cum = np.cumsum(view.size[wholes])
+    k = int(np.searchsorted(cum, n))
+    return _gpus_of(view, wholes[: k + 1], n) if k < len(wholes) else None
+
+
+def _spread(view: View, n: int) -> np.ndarray | None:
+    f = view.per_node
+    if view.admission == "compact":
+        return _compact(view, n, lambda c: (-f[c],), lambda c: ())
+    if f.sum() < n:
+        return None
+    c = view.cluster
+    nodes = np.flatnonzero(f > 0)
+    nodes = nodes[np.lexsort((nodes, -f[nodes]))]  # emptiest first
+    per = [c.node_offset[k] + np.flatnonzero(view.free[c.node_offset[k] :
+                                                         c.node_offset[k] + c.gpus_per_node[k]])
+           for k in nodes]  # fmt: skip
+    out: list[int] = []
+    rnd = 0
+    while len(out) < n:
+        for g in per:
+            if rnd < len(g):
+                out.append(int(g[rnd]))
+                if len(out) == n:
+                    break
+        rnd += 1
+    return np.asarray(out, dtype=np.int64)
+
+
+def _random(view: View, n: int) -> np.ndarray | None:
+    rng = view.rng or np.random.default_rng(0)
+    if view.admission == "compact":
+        keys = rng.random(view.cluster.n_nodes)
+        return _compact(view, n, lambda c: (keys[c],), lambda c: (keys[c],))
+    idx = np.flatnonzero(view.free)
+    return np.sort(rng.choice(idx, size=n, replace=False)) if len(idx) >= n else None
+
+
+def fragmentation(
+    free: np.ndarray, size: int | np.ndarray, shapes: Mapping[int, float]
+) -> np.ndarray:
+    """Expected free GPUs of nodes with ``free`` free GPUs (of ``size``) that the job shapes
+    cannot use, weighted by the shapes' weights (which sum to 1).
+
+    A shape of ``s ≤ size`` GPUs uses a node's free GPUs in whole copies of itself, so ``free
+    mod s`` of them are lost to it; a shape larger than a node needs whole free nodes, so a node
+    that is not wholly free is all loss to it. This is FGD's node fragmentation (Weng et al.,
+    USENIX ATC'23, §4) for whole GPUs.
+
+    >>> fragmentation(np.array([8, 7, 4, 3, 0]), 8, {1: 0.2, 4: 0.3, 8: 0.5})
+    array([0. , 4.4, 2. , 2.4, 0. ])
+    """
+    free = np.asarray(free, dtype=np.float64)
+    size = np.asarray(size)
+    out = np.zeros_like(free)
+    for s, p in shapes.items():
+        if p <= 0:
+            continue
+        small = s <= size
+        loss = np.where(small, np.mod(free, max(s, 1)), np.where(free < size, free, 0.0))
+        out += p * loss
+    return out
+
+
+@dataclass(frozen=True)
+class Fgd:
+    """Fragmentation gradient descent for whole GPUs on node → leaf → spine clusters.
+
+    FGD (Weng et al., USENIX ATC'23) places each task where the cluster's expected unusable free
+    capacity grows least, the expectation taken over the task shapes it expects to arrive. Here:
+
+    * **Shapes** come from the queue and the recent past, weighted by GPU-time (the simulator
+      keeps them; a count weighting would give 95 % of Philly's weight to one-GPU jobs, which
+      never fragment anything).
+    * **Node fragmentation** is :func:`fragmentation`; a placement's change ``ΔF`` is the sum of
+      the touched nodes' changes.
+    * **Fragments last.** A fragment costs for as long as it stays: a node's fragmentation is
+      weighed by the seconds until its running jobs have all ended (``hold``), and after the
+      placement by ``max(hold, d)`` for a job of expected run time ``d``. Breaking a whole node
+      for a long job costs ``F(G − n)·d``; filling the hole of a node that stays busy longer than
+      the job anyway costs nothing and removes fragments, so short jobs go where long jobs already
+      hold a node, and nodes become whole again together (the note's ``T_hold``).
+    * **One currency, GPU-seconds.** A candidate costs ``n·d·(slowdown − 1)`` (the job's own loss
+      from a non-compact placement, through the job model; negative where spreading is faster,
+      as on nodes with one NIC) plus ``weight·Δ(F·hold)`` (``weight`` 1: a fragmented GPU-second
+      is a GPU-second the expected shapes cannot use compactly), scaled by the demand the
+      simulator sees (:class:`View.weight`: waiting GPUs plus those expected to arrive during the
+      job, over the free GPUs, at most 1), since a fragment nobody would have used costs
+      nothing. The same weight serves both
+      admission regimes: under ``any`` a fragment only stretches the jobs that take it, but a
+      lower weight let one-NIC clusters trade whole nodes for small speed-ups, and the big jobs
+      after them paid in p99.
+    * **Candidates**: every node with room (jobs of up to one node); whole nodes of each leaf,
+      fewest whole nodes first, and across leaves, each with the best-fitting node for a
+      remainder (larger jobs); and under ``any`` the holes-first and the round-robin split. Ties
+      go to the fullest node, then to the fullest leaf, then the lower index, so whole nodes and
+      whole leaves stay free.
+
+    The simulator pairs the rule with a topology-aware reservation for ``backfill`` (the head job
+    reserves the GPUs this rule would give it, not a count; :class:`SimConfig.reservation`).
+    """
+
+    def __call__(self, view: View, n: int) -> np.ndarray | None:
+        c = view.cluster
+        f = view.per_node
+        size = view.size
+        gmax = int(size.max())
+        shapes = dict(view.shapes or {n: 1.0})
+        tot = sum(shapes.values()) or 1.0
+        shapes = {s: w / tot for s, w in shapes.items()}
+        tables = {int(g): fragmentation(np.arange(int(g) + 1), int(g), shapes)
+                  for g in np.unique(size)}  # fmt: skip
+
+        def frag(free: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+            out = np.empty(len(nodes))
+            for g, table in tables.items():
+                m = size[nodes] == g
+                out[m] = table[free[m]]
+            return out
+
+        hold = view.hold if view.hold is not None else np.ones(c.n_nodes)
+        d = view.duration if view.duration is not None else 1.0
+        doms = _domains(view)
+        leaf = doms[0] if doms else np.zeros(c.n_nodes, dtype=np.int64)
+        leaf_free = np.bincount(leaf, weights=f)
+        weight = view.weight
+        cands: list[tuple[float, float, float, np.ndarray]] = []
+
+        def score(gpus: np.ndarray) -> tuple[float, float, float, np.ndarray]:
+            nodes, took = np.unique(c.gpu_node[gpus], return_counts=True)
+            h = hold[nodes]
+            delta = frag(f[nodes] - took, nodes) * np.maximum(h, d) - frag(f[nodes], nodes) * h
+            own = n * d * (view.slowdown(gpus) - 1.0) if view.slowdown is not None else 0.0
+            return (own + weight * float(delta.sum()), float(f[nodes].sum()),
+                    float(leaf_free[leaf[nodes]].sum()), gpus)  # fmt: skip
+
+        if view.admission == "any" and view.slowdown is not None and n > 1:
+            for split in (_best_fit(view, n), _spread(view, n)):
+                if split is not None and not is_compact(c, split):
+                    cands.append(score(split))
+        if n <= gmax:
+            ok = np.flatnonzero(f >= n)
+            if len(ok):
+                h = hold[ok]
+                delta = weight * (frag(f[ok] - n, ok) * np.maximum(h, d) - frag(f[ok], ok) * h)
+                # ΔF·time, then fullest node, then fullest leaf, then index
+                order = np.lexsort((ok, leaf_free[leaf[ok]], f[ok], np.round(delta, 6)))
+                best = ok[order[0]]
+                cands.append((float(delta[order[0]]), float(f[best]),
+                              float(leaf_free[leaf[best]]), _gpus_of(view, [best], n)))  # fmt: skip
+        else:
+            for allowed in self._leaf_sets(view, n, leaf):
+                gpus = _compact(view, n, lambda k: (f[k],), lambda k: (), allowed)
+                if gpus is not None:
+                    cands.append(score(gpus))
+        if not cands:
+            return None
+        cands.sort(key=lambda t: (round(t[0], 6), t[1], t[2], int(t[3][0])))
+        return cands[0][3]
+
+    @staticmethod
+    def _leaf_sets(view: View, n: int, leaf: np.ndarray) -> list[np.ndarray | None]:
+        """Node masks to try for a multi-node job: each leaf with enough whole nodes (fewest
+        whole nodes first, so whole leaves stay whole), then the whole cluster."""
+        wholes = np.bincount(leaf, weights=np.where(view.whole, view.size, 0).astype(float))
+        rest = np.bincount(leaf, weights=np.where(view.whole, 0, view.per_node).astype(float))
+        room = wholes + rest.clip(max=view.size.max())
+        fits = np.flatnonzero(room >= n)
+        out: list[np.ndarray | None] = [leaf == d for d in fits[np.lexsort((fits, wholes[fits]))]]
+        out.append(None)
+        return out
+
+
+_RULES: dict[str, Callable[[View, int], np.ndarray | None]] = {
+    "first-fit": _first_fit,
+    "best-fit": _best_fit,
+    "kai-tas": _kai_tas,
+    "slurm-tree": _slurm_tree,
+    "whole-nodes": _whole_nodes,
+    "spread": _spread,
+    "random": _random,
+    "fgd": Fgd(),
+}
+
+
+def canonical(name: str) -> str:
+    """The rule a policy name stands for (``pack`` → ``first-fit``); unknown names unchanged."""
+    return ALIASES.get(name, name)
+
+
+def place(rule: str, view: View, n: int) -> np.ndarray | None:
+    """GPUs (global indices) for a job of ``n`` GPUs under ``rule``, or ``None`` to wait.
+
+    >>> from tsched import presets
+    >>> c = presets.cluster("dgx-h100-4node")  # node 1 has GPUs 8 and 9 busy
+    >>> free = ~c.busy_mask
+    >>> view = View(c, free, np.bincount(c.gpu_node[free], minlength=c.n_nodes), "compact")
+    >>> place("first-fit", view, 4).tolist()  # the first node with room
+    [0, 1, 2, 3]
+    >>> place("best-fit", view, 4).tolist()  # the fullest node that fits
+    [10, 11, 12, 13]
+    """
+    try:
+        fn = _RULES[canonical(rule)]
+    except KeyError:
+        raise InputError(f"unknown placement rule {rule!r}; valid: {', '.join(RULES)}") from None
+    if view.admission not in ADMISSIONS:
+        raise InputError(f"admission {view.admission!r}: expected one of {', '.join(ADMISSIONS)}")
+    if n < 1 or n > int(view.per_node.sum()):
+        return None
+    gpus = fn(view, n)
+    if gpus is None:
+        return None
+    if view.admission == "compact" and not is_compact(view.cluster, gpus):
+        return None
+    return gpus
+
+
+def expected_shapes(
+    history: Mapping[int, float], queued: Mapping[int, int], mean_runtime: Mapping[int, float]
+) -> dict[int, float]:
+    """Shape weights by GPU-time: the GPU-seconds of recently finished jobs per size plus the
+    queued jobs' GPUs times their size's mean run time (the overall mean where a size has none)."""
+    overall = (sum(mean_runtime.values()) / len(mean_runtime)) if mean_runtime else 1.0
+    out = {s: float(v) for s, v in history.items() if v > 0}
+    for s, k in queued.items():
+        if k > 0:
+            out[s] = out.get(s, 0.0) + k * s * mean_runtime.get(s, overall)
+    if not out:
+        return {}
+    total = math.fsum(out.values())
+    return {s: v / total for s, v in out.items()}

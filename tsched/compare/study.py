@@ -1,0 +1,311 @@
+"""Policy comparisons that hold: load sweeps, replicas, confidence intervals, size buckets, ceiling.
+
+A single replay of an overloaded trace measures chaos, not policy. A study replays each trace at
+several offered loads, several replicas per load, through every policy and admission regime, and
+compares means with 95 % confidence intervals.
+
+* **Offered load** = offered GPU-seconds (each job's GPUs × its compact run time) over the
+  cluster's usable GPUs × the arrival window. A load is reached by scaling the arrival times
+  (the cluster stays as it is): :func:`at_load`.
+* **Replicas** (:func:`replica`): a trace spanning several days is cut into days, and a replica is
+  ``days`` days drawn with replacement and laid end to end (a day-block bootstrap: it keeps each
+  day's burst structure and tenant mix). A shorter trace is resampled job by job with replacement,
+  each job keeping its arrival time. Replica ``r`` uses seed ``r``; every policy replays the same
+  replicas.
+* **Ceiling**: per replica, the replay with every job at its compact run time and GPU-count
+  admission. No placement can make a job run faster than compact or start earlier than enough
+  GPUs are free, so this is what a perfect placement would give (up to queue-order effects).
+* **Intervals**: the mean over replicas of each metric, with a Student-t 95 % interval
+  (:func:`ci95`). A difference is claimed only where two intervals do not overlap.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tsched.cluster import Cluster
+from tsched.compare.simulator import SimConfig, SimResult, simulate
+from tsched.compare.traces import TraceJob
+from tsched.errors import InputError
+
+__all__ = [
+    "DAY",
+    "offered_load",
+    "at_load",
+    "replica",
+    "buckets",
+    "bucket_of",
+    "ci95",
+    "RunSummary",
+    "summarize_run",
+    "Cell",
+    "run_cells",
+]
+
+DAY = 86400.0
+
+
+def offered_load(jobs: Sequence[TraceJob], gpus: int, span: float | None = None) -> float:
+    """Offered GPU-seconds over ``gpus`` × the arrival window (``span``; by default from the
+    first to the last submit time)."""
+    if not jobs:
+        return 0.0
+    work = math.fsum(j.gpus * j.duration for j in jobs)
+    if span is None:
+        span = max(j.submit for j in jobs) - min(j.submit for j in jobs)
+    if span <= 0:
+        raise InputError("offered load: the jobs arrive at one instant; no arrival window")
+    return work / (gpus * span)
+
+
+def at_load(
+    jobs: Sequence[TraceJob], gpus: int, load: float, span: float | None = None
+) -> tuple[list[TraceJob], float]:
+    """The jobs with arrival times scaled so the offered load is ``load``; and the factor."""
+    if not load > 0:
+        raise InputError(f"load must be > 0, got {load!r}")
+    factor = offered_load(jobs, gpus, span) / load
+    t0 = min(j.submit for j in jobs)
+    return [replace(j, submit=(j.submit - t0) * factor) for j in jobs], factor
+
+
+def replica(
+    jobs: Sequence[TraceJob], index: int, days: float = 7.0
+) -> tuple[list[TraceJob], float]:
+    """Replica ``index`` of a trace and its arrival window in seconds (see the module notes).
+
+    >>> jobs = [TraceJob(f"j{k}", k * 3600.0 * 7, 1, 60.0, "bert") for k in range(12)]
+    >>> a, span = replica(jobs, 0, days=2)
+    >>> span, len(a) > 0, all(0 <= j.submit < span for j in a)
+    (172800.0, True, True)
+    >>> replica(jobs, 0, days=2) == (a, span)  # a pure function of (trace, index)
+    True
+    """
+    if not jobs:
+        raise InputError("replica: the trace has no jobs")
+    rng = np.random.default_rng(index)
+    t0 = min(j.submit for j in jobs)
+    span = max(j.submit for j in jobs) - t0
+    n_days = int(span // DAY) + 1
+    if n_days >= 3:  # day-block bootstrap
+        by_day: list[list[TraceJob]] = [[] for _ in range(n_days)]
+        for j in jobs:
+            by_day[int((j.submit - t0) // DAY)].append(j)
+        want = max(int(round(days)), 1)
+        out: list[TraceJob] = []
+        for slot, d in enumerate(rng.integers(n_days, size=want)):
+            base = t0 + d * DAY
+            for j in by_day[d]:
+                name = f"{j.name}@{slot}"
+                out.append(replace(j, name=name, submit=slot * DAY + (j.submit - base)))
+        out.sort(key=lambda j: (j.submit, j.name))
+        return out, want * DAY
+    picks = np.sort(rng.integers(len(jobs), size=len(jobs)))  # job bootstrap
+    out = [replace(jobs[k], name=f"{jobs[k].name}@{i}", submit=jobs[k].submit - t0)
+           for i, k in enumerate(picks)]  # fmt: skip
+    out.sort(key=lambda j: (j.submit, j.name))
+    return out, max(span, 1.0)
+
+
+def buckets(gpus_per_node: int) -> list[str]:
+    """Job-size buckets relative to a node: one GPU, under a node, a node, several nodes."""
+    return ["1 GPU", f"2-{gpus_per_node - 1} GPUs", f"{gpus_per_node} GPUs",
+            f">{gpus_per_node} GPUs"]  # fmt: skip
+
+
+def bucket_of(gpus: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    """Bucket index (into :func:`buckets`) of each job size."""
+    g = np.asarray(gpus)
+    return np.select([g == 1, g < gpus_per_node, g == gpus_per_node], [0, 1, 2], 3)
+
+
+def ci95(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean and Student-t 95 % confidence interval of the mean of ``values``.
+
+    One value has no interval (it is returned as its own bounds).
+
+    >>> m, lo, hi = ci95([1.0, 2.0, 3.0])
+    >>> m, round(lo, 4), round(hi, 4)
+    (2.0, -0.4841, 4.4841)
+    """
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    m = float(x.mean())
+    if len(x) < 2:
+        return m, m, m
+    half = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return m, m - half, m + half
+
+
+@dataclass
+class RunSummary:
+    """The figures of one replay (seconds and GPU-hours)."""
+
+    trace: str
+    admission: str
+    load: float
+    replica: int
+    policy: str
+    jobs: int
+    jct_mean: float
+    jct_p99: float
+    jct_geomean: float
+    queue_mean: float
+    slowdown_geomean: float
+    bucket_jct: list[float]
+    bucket_queue: list[float]
+    bucket_slowdown: list[float]
+    bucket_jobs: list[int]
+    blocked_gpu_hours: float
+    whole_free_nodes: float
+    preemptions: int
+    utilisation: float
+    tenant_share: dict[str, float]
+    sim_seconds: float
+    jct: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+
+    def row(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "jct"}
+        for key in ("bucket_jct", "bucket_queue", "bucket_slowdown", "bucket_jobs"):
+            for b, v in enumerate(out.pop(key)):
+                out[f"{key}_{b}"] = v
+        out["tenant_share"] = ";".join(f"{t}={s:.4f}" for t, s in self.tenant_share.items())
+        return out
+
+
+def summarize_run(
+    result: SimResult, *, trace: str, load: float, replica_index: int, gpus: int,
+    gpus_per_node: int, label: str | None = None,
+) -> RunSummary:  # fmt: skip
+    """Per-run figures, by job-size bucket."""
+    recs = result.records
+    jct = np.array([r.jct for r in recs])
+    queue = np.array([r.queue_delay for r in recs])
+    size = np.array([r.gpus for r in recs])
+    ideal = np.array([max(r.ideal, 1e-9) for r in recs])
+    slow = np.maximum(jct, 1e-9) / ideal
+    b = bucket_of(size, gpus_per_node)
+    nan = float("nan")
+
+    def per(v: np.ndarray, geo: bool = False) -> list[float]:
+        out = []
+        for k in range(4):
+            m = b == k
+            if not m.any():
+                out.append(nan)
+            elif geo:
+                out.append(float(np.exp(np.log(v[m]).mean())))
+            else:
+                out.append(float(v[m].mean()))
+        return out
+
+    t = result.times
+    span = float(t[-1] - t[0]) if len(t) > 1 else 0.0
+    busy = float(np.sum(result.busy_gpus[:-1] * np.diff(t))) if len(t) > 1 else 0.0
+    used = sum(result.usage_by_tenant.values()) or 1.0
+    return RunSummary(
+        trace=trace,
+        admission=result.config.admission,
+        load=load,
+        replica=replica_index,
+        policy=label or result.config.label,
+        jobs=len(recs),
+        jct_mean=float(jct.mean()),
+        jct_p99=float(np.percentile(jct, 99)),
+        jct_geomean=float(np.exp(np.log(np.maximum(jct, 1e-9)).mean())),
+        queue_mean=float(queue.mean()),
+        slowdown_geomean=float(np.exp(np.log(slow).mean())),
+        bucket_jct=per(jct),
+        bucket_queue=per(queue),
+        bucket_slowdown=per(slow, geo=True),
+        bucket_jobs=[int((b == k).sum()) for k in range(4)],
+        blocked_gpu_hours=result.blocked_gpu_hours,
+        whole_free_nodes=result.mean_whole_free_nodes,
+        preemptions=int(sum(r.preemptions for r in recs)),
+        utilisation=busy / (gpus * span) if span > 0 else 0.0,
+        tenant_share={k: v / used for k, v in result.usage_by_tenant.items()},
+        sim_seconds=result.wall_time,
+        jct=jct.astype(np.float32),
+    )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One replay of a study: a trace replica at a load under one config."""
+
+    trace: str
+    load: float
+    replica: int
+    config: SimConfig
+    label: str
+
+
+@functools.cache
+def _load_cluster(path: str) -> Cluster:
+    import tsched
+
+    return tsched.load_cluster(path)
+
+
+def _run_cell(jobs: Sequence[TraceJob], cluster: Cluster | str, cell: Cell) -> RunSummary:
+    c = _load_cluster(cluster) if isinstance(cluster, str) else cluster
+    result = simulate(jobs, c, cell.config)
+    return summarize_run(result, trace=cell.trace, load=cell.load, replica_index=cell.replica,
+                         gpus=int((~c.busy_mask).sum()),
+                         gpus_per_node=int(c.gpus_per_node.max()), label=cell.label)  # fmt: skip
+
+
+def run_cells(
+    cells: Sequence[Cell],
+    jobs_of: Callable[[Cell], list[TraceJob]],
+    cluster_of: Callable[[Cell], Cluster | str],
+    *,
+    workers: int = 1,
+    use_ray: bool = False,
+    progress: Callable[[RunSummary], None] | None = None,
+) -> list[RunSummary]:
+    """Run every cell: serially, in a process pool of ``workers``, or as Ray tasks; the results
+    come back in cell order and do not depend on how they were run. ``cluster_of`` gives a
+    cluster or the path of a cluster file (loaded once per process; pools need the path)."""
+
+    def args(cell: Cell) -> tuple[Any, ...]:
+        return (jobs_of(cell), cluster_of(cell), cell)
+
+    out: list[RunSummary | None] = [None] * len(cells)
+    if use_ray:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+        remote = ray.remote(num_cpus=1)(_run_cell)
+        futures = [remote.remote(*args(c)) for c in cells]
+        index = {f: k for k, f in enumerate(futures)}
+        pending = list(futures)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            out[index[ready[0]]] = res = ray.get(ready[0])
+            if progress:
+                progress(res)
+    elif workers > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            fut = {pool.submit(_run_cell, *args(c)): k for k, c in enumerate(cells)}
+            for f in as_completed(fut):
+                out[fut[f]] = res = f.result()
+                if progress:
+                    progress(res)
+    else:
+        for k, c in enumerate(cells):
+            out[k] = res = _run_cell(*args(c))
+            if progress:
+                progress(res)
+    return [r for r in out if r is not None]
