@@ -79,7 +79,9 @@ class View:
     is the job's run time on ``gpus`` over its compact run time (``fgd``). ``hold`` is, per node,
     the seconds until its running jobs have all ended, and ``duration`` the job's expected run
     time (``fgd``; without them fragments are weighed without time). ``weight`` prices a
-    fragmented GPU-second against a GPU-second of the job's own (``fgd``).
+    fragmented GPU-second against a GPU-second of the job's own, and ``tables`` holds, per node
+    size, :func:`fragmentation` of every free count for ``shapes`` (``fgd``; computed when
+    absent).
     """
 
     cluster: Cluster
@@ -92,6 +94,7 @@ class View:
     weight: float = 1.0
     hold: np.ndarray | None = None
     duration: float | None = None
+    tables: Mapping[int, np.ndarray] | None = None
 
     @property
     def size(self) -> np.ndarray:
@@ -299,15 +302,14 @@ def fragmentation(
     array([0. , 4.4, 2. , 2.4, 0. ])
     """
     free = np.asarray(free, dtype=np.float64)
-    size = np.asarray(size)
-    out = np.zeros_like(free)
-    for s, p in shapes.items():
-        if p <= 0:
-            continue
-        small = s <= size
-        loss = np.where(small, np.mod(free, max(s, 1)), np.where(free < size, free, 0.0))
-        out += p * loss
-    return out
+    if not shapes:
+        return np.zeros_like(free)
+    s = np.array([max(int(k), 1) for k in shapes], dtype=np.float64)
+    p = np.array(list(shapes.values()), dtype=np.float64)
+    f = free[..., None]
+    g = np.asarray(size, dtype=np.float64)[..., None]
+    loss = np.where(s <= g, np.mod(f, s), np.where(f < g, f, 0.0))
+    return loss @ p
 
 
 @dataclass(frozen=True)
@@ -356,8 +358,9 @@ class Fgd:
         shapes = dict(view.shapes or {n: 1.0})
         tot = sum(shapes.values()) or 1.0
         shapes = {s: w / tot for s, w in shapes.items()}
-        tables = {int(g): fragmentation(np.arange(int(g) + 1), int(g), shapes)
-                  for g in np.unique(size)}  # fmt: skip
+        tables = view.tables or {
+            int(g): fragmentation(np.arange(int(g) + 1), int(g), shapes) for g in np.unique(size)
+        }
 
         def frag(free: np.ndarray, nodes: np.ndarray) -> np.ndarray:
             out = np.empty(len(nodes))

@@ -273,6 +273,7 @@ class _Job:
     comm_share: float = 0.0
     objective: float = 0.0
     end: float = -1.0
+    node_counts: list[tuple[int, int]] = field(default_factory=list)  # of the current run
 
 
 class _Usage:
@@ -377,6 +378,7 @@ class _Placer:
 
         self.rule = canonical(config.policy) if canonical(config.policy) in RULES else None
         self.shapes: Mapping[int, float] | None = None  # set by the simulation for fgd
+        self.tables: dict[int, np.ndarray] | None = None
         self.hold: Callable[[], np.ndarray] | None = None  # seconds until each node is idle
         self.pressure: Callable[[float, int], float] | None = None  # fgd's fragment weight
         levels = cluster.levels
@@ -424,6 +426,18 @@ class _Placer:
             self._packed[key] = self.iteration(app, packed_gpus(self.cluster, n))[0]
         return self._packed[key]
 
+    def set_shapes(self, shapes: Mapping[int, float]) -> None:
+        """The job shapes ``fgd`` weighs, and each node size's fragmentation table for them."""
+        from tsched.compare.placement import fragmentation
+
+        self.shapes = shapes or None
+        self.tables = None
+        if shapes:
+            self.tables = {
+                int(g): fragmentation(np.arange(int(g) + 1), int(g), shapes)
+                for g in np.unique(self.cluster.gpus_per_node)
+            }
+
     def slowdown(self, app: AppModel, gpus: np.ndarray) -> float:
         """Run time on ``gpus`` over the compact run time (1 when stretch is off)."""
         if not self.config.stretch:
@@ -446,7 +460,7 @@ class _Placer:
             fgd = self.rule == "fgd"
             view = View(c, free, free_per_node, self.config.admission, self.rng, self.shapes,
                         lambda g: self.slowdown(app, g),
-                        hold=self.hold() if fgd and self.hold else None,
+                        hold=self.hold() if fgd and self.hold else None, tables=self.tables,
                         duration=job.duration if fgd else None,
                         weight=self.pressure(job.duration, len(free_idx))
                         if fgd and self.pressure else 1.0)  # fmt: skip
@@ -632,7 +646,8 @@ def simulate(
     node_end = np.zeros(cluster.n_nodes)  # when each node's running jobs have all ended
     clock = [0.0]
     placer.hold = lambda: np.maximum(node_end - clock[0], 0.0)
-    arrivals: deque[tuple[float, int]] = deque(maxlen=config.shape_window)
+    arrivals: deque[tuple[float, int]] = deque()
+    arrived = [0]  # GPUs of the arrivals kept
 
     def pressure(duration: float, n_free: int) -> float:
         """Demand for the free GPUs while a job of ``duration`` runs: the GPUs waiting plus the
@@ -641,7 +656,7 @@ def simulate(
         waiting = sum(size * k for size, k in queue.sizes.items())
         rate = 0.0
         if len(arrivals) > 1 and clock[0] > arrivals[0][0]:
-            rate = sum(g for _t, g in arrivals) / (clock[0] - arrivals[0][0])
+            rate = arrived[0] / (clock[0] - arrivals[0][0])
         return min(1.0, (waiting + rate * duration) / max(n_free, 1))
 
     placer.pressure = pressure
@@ -662,7 +677,8 @@ def simulate(
         j.runtime = j.remaining * j.trace.duration * slowdown
         if j.first_start < 0:
             j.first_start = now
-        nodes = np.unique(cluster.gpu_node[gpus])
+        nodes, counts = np.unique(cluster.gpu_node[gpus], return_counts=True)
+        j.node_counts = list(zip(nodes.tolist(), counts.tolist()))
         j.nodes = max(j.nodes, len(nodes))
         j.domains = max(j.domains, len(np.unique(placer.domain_of_node[nodes])))
         j.comm_share = share
@@ -769,8 +785,6 @@ def simulate(
 
     def try_start(k: int, now: float, mask: np.ndarray | None = None) -> bool:
         j = state[k]
-        if placer.rule == "fgd":
-            placer.shapes = expected_shapes()
         placed = placer.place(j.trace, free if mask is None else mask)
         if placed is None:
             return False
@@ -780,6 +794,8 @@ def simulate(
     def schedule(now: float) -> None:
         if not len(queue):
             return
+        if placer.rule == "fgd":  # the shapes fgd expects, once a pass
+            placer.set_shapes(expected_shapes())
         q = config.queue
         if q != "fair":
             while len(queue) and try_start(queue.head(), now):
@@ -826,29 +842,35 @@ def simulate(
 
     def backfill_topology(now: float, head: _Job, n_free: int) -> None:
         """EASY with a reservation that names GPUs: the head job gets the GPUs its rule would
-        give it at the earliest time it can start; a later job starts now if it ends before
-        then, or on GPUs outside that reservation."""
-        future = free.copy()
-        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+        give it at the earliest time it can start (the shadow time); a later job starts now if
+        it ends before then, or on GPUs outside that reservation."""
+        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes).tolist()
+        size = node_gpus.tolist()
         need = head.trace.gpus
         gmax = int(node_gpus.max())
         nodes_only = config.admission == "compact" or placer.rule == "whole-nodes"
+        most = max(per_node)  # the most free GPUs on one node
+        whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
         avail = n_free
         shadow, reserved = math.inf, None
+        released: list[np.ndarray] = []
         for end, r in sorted((state[r].started + state[r].runtime, r) for r in running):
             g = state[r].gpus
             assert g is not None
-            future[g] = True
-            np.add.at(per_node, cluster.gpu_node[g], 1)
+            released.append(g)
+            for node, k in state[r].node_counts:
+                per_node[node] += k
+                most = max(most, per_node[node])
+                if per_node[node] == size[node]:
+                    whole_gpus += size[node]
             avail += len(g)
             if avail < need:
                 continue
-            if nodes_only:  # a cheap necessary condition before asking the rule
-                if need <= gmax and per_node.max() < need:
-                    continue
-                whole = per_node == node_gpus
-                if need > gmax and node_gpus[whole].sum() + per_node[~whole].max(initial=0) < need:
-                    continue
+            # a cheap necessary condition of a compact placement before asking the rule
+            if nodes_only and (most < need if need <= gmax else whole_gpus + gmax - 1 < need):
+                continue
+            future = free.copy()
+            future[np.concatenate(released)] = True
             got = placer.place(head.trace, future)
             if got is not None:
                 shadow, reserved = end, got[0]
@@ -864,7 +886,13 @@ def simulate(
             if need > n_free:
                 continue
             est = j.remaining * j.trace.duration
-            mask = free if now + est <= shadow else outside & free
+            if now + est <= shadow:
+                if try_start(k, now):
+                    queue.remove(k)
+                    n_free -= need
+                continue
+            # it would still run at the shadow time: outside the reservation
+            mask = outside & free
             if need <= int(mask.sum()) and try_start(k, now, mask):
                 queue.remove(k)
                 n_free -= need
@@ -939,6 +967,9 @@ def simulate(
                 progress(done, n_jobs)
         while next_arrival < n_jobs and jobs[order[next_arrival]].submit <= now:
             arrivals.append((now, jobs[order[next_arrival]].gpus))
+            arrived[0] += jobs[order[next_arrival]].gpus
+            if len(arrivals) > config.shape_window:
+                arrived[0] -= arrivals.popleft()[1]
             enqueue(order[next_arrival])
             next_arrival += 1
         schedule(now)

@@ -7,11 +7,14 @@ compares means with 95 % confidence intervals.
 * **Offered load** = offered GPU-seconds (each job's GPUs × its compact run time) over the
   cluster's usable GPUs × the arrival window. A load is reached by scaling the arrival times
   (the cluster stays as it is): :func:`at_load`.
-* **Replicas** (:func:`replica`): a trace spanning several days is cut into days, and a replica is
-  ``days`` days drawn with replacement and laid end to end (a day-block bootstrap: it keeps each
-  day's burst structure and tenant mix). A shorter trace is resampled job by job with replacement,
-  each job keeping its arrival time. Replica ``r`` uses seed ``r``; every policy replays the same
-  replicas.
+* **Replicas**, two methods. :func:`jitter_replica` keeps the trace as it is and perturbs it (a
+  random 1 % of the jobs left out, every arrival moved by up to ±5 minutes): the intervals then
+  measure how sensitive a replay is to chance, and a difference that survives them belongs to the
+  policy, on this workload. :func:`replica` resamples the workload itself: a trace spanning
+  several days is cut into days, and a replica is ``days`` days drawn with replacement and laid
+  end to end (a day-block bootstrap, keeping each day's bursts and tenant mix); a shorter trace is
+  resampled job by job. Its intervals also hold the variation between workloads, so they are
+  much wider. Replica ``r`` uses seed ``r``; every policy replays the same replicas.
 * **Ceiling**: per replica, the replay with every job at its compact run time and GPU-count
   admission. No placement can make a job run faster than compact or start earlier than enough
   GPUs are free, so this is what a perfect placement would give (up to queue-order effects).
@@ -39,6 +42,7 @@ __all__ = [
     "offered_load",
     "at_load",
     "replica",
+    "jitter_replica",
     "buckets",
     "bucket_of",
     "ci95",
@@ -75,10 +79,48 @@ def at_load(
     return [replace(j, submit=(j.submit - t0) * factor) for j in jobs], factor
 
 
+def jitter_replica(
+    jobs: Sequence[TraceJob],
+    index: int,
+    days: float | None = 7.0,
+    jitter: float = 300.0,
+    drop: float = 0.01,
+) -> tuple[list[TraceJob], float]:
+    """Replica ``index`` of the trace as it is: its first ``days`` days (all of it for
+    ``None``), a random ``drop`` share of the jobs left out and every arrival moved by up to
+    ``±jitter`` seconds (uniform). The workload stays the trace's; what varies is what a chaotic
+    replay is sensitive to, so the intervals say whether a difference survives it.
+
+    >>> jobs = [TraceJob(f"j{k}", k * 600.0, 1, 60.0, "bert") for k in range(300)]
+    >>> a, span = jitter_replica(jobs, 3, days=1)
+    >>> span, 140 <= len(a) < 144  # 144 jobs in the first day, about 1 % left out
+    (86400.0, True)
+    >>> orig = {j.name: j.submit for j in jobs}
+    >>> max(abs(j.submit - orig[j.name]) for j in a) <= 300
+    True
+    """
+    if not jobs:
+        raise InputError("replica: the trace has no jobs")
+    rng = np.random.default_rng(index)
+    t0 = min(j.submit for j in jobs)
+    if days is not None:
+        jobs = [j for j in jobs if j.submit - t0 < days * DAY]
+    keep = rng.random(len(jobs)) >= drop
+    shift = rng.uniform(-jitter, jitter, len(jobs))
+    out = [replace(j, submit=max(j.submit - t0 + float(d), 0.0))
+           for j, k, d in zip(jobs, keep, shift) if k]  # fmt: skip
+    out.sort(key=lambda j: (j.submit, j.name))
+    span = (
+        days * DAY if days is not None else max(j.submit for j in out) - min(j.submit for j in out)
+    )
+    return out, span
+
+
 def replica(
     jobs: Sequence[TraceJob], index: int, days: float = 7.0
 ) -> tuple[list[TraceJob], float]:
-    """Replica ``index`` of a trace and its arrival window in seconds (see the module notes).
+    """Replica ``index`` of a trace and its arrival window in seconds: a day-block bootstrap
+    (see the module notes).
 
     >>> jobs = [TraceJob(f"j{k}", k * 3600.0 * 7, 1, 60.0, "bert") for k in range(12)]
     >>> a, span = replica(jobs, 0, days=2)
