@@ -264,3 +264,12 @@ def test_compare_cli_runs_rules_under_compact_admission(tmp_path, capsys) -> Non
     from tsched.compare.records import read_records
 
     assert all(r.nodes == 1 for r in read_records(out / "records.csv") if r.gpus <= 4)
+
+
+def test_rule_placements_carry_the_rings_communication_time_in_snapshots() -> None:
+    c = fabric(nodes_per_leaf=1, leaves=2)
+    jobs = [TraceJob("a", 0.0, 6, 100.0, "bert")]  # two nodes: the ring crosses the network
+    cfg = SimConfig(policy="best-fit", snapshot_jobs=("a",))
+    res = simulate(jobs, c, cfg)  # the shipped job model: bert-like gradients
+    snap = res.snapshots["a"]
+    assert len(np.unique(c.gpu_node[snap.gpus])) == 2 and snap.objective > 0

@@ -180,6 +180,8 @@ def _order(nodes: np.ndarray, key: Callable[[np.ndarray], tuple[np.ndarray, ...]
 
 
 def _first_fit(view: View, n: int) -> np.ndarray | None:
+    """First fit: the first free GPUs in node order (Kubernetes' default bin-packing order and
+    KAI Scheduler's; compact: the first node by index with room)."""
     if view.admission == "compact":
         return _compact(view, n, lambda c: (), lambda c: ())
     idx = np.flatnonzero(view.free)
@@ -187,6 +189,9 @@ def _first_fit(view: View, n: int) -> np.ndarray | None:
 
 
 def _best_fit(view: View, n: int) -> np.ndarray | None:
+    """Best fit: the fullest node that fits (the best-fit baseline of FGD, Weng et al., USENIX
+    ATC'23, for whole GPUs); larger jobs whole nodes plus the best-fitting remainder node, or
+    under ``any`` the fullest nodes first."""
     f = view.per_node
     got = _compact(view, n, lambda c: (f[c],), lambda c: ())
     if got is not None or view.admission == "compact":
@@ -236,14 +241,20 @@ def _restricted(view: View, allowed: np.ndarray) -> View:
 
 
 def _kai_tas(view: View, n: int) -> np.ndarray | None:
+    """KAI Scheduler's topology-aware scheduling: the least free domain of the lowest level that
+    holds the gang, then first fit inside (NVIDIA/KAI-Scheduler ``docs/topology/README.md``)."""
     return _tightest(view, n, lambda ok: _first_fit(_restricted(view, ok), n))
 
 
 def _slurm_tree(view: View, n: int) -> np.ndarray | None:
+    """Slurm ``topology/tree``: the lowest switch level that satisfies the job, best fit among
+    its switches, then best fit over the nodes (slurm.schedmd.com/topology.html)."""
     return _tightest(view, n, lambda ok: _best_fit(_restricted(view, ok), n))
 
 
 def _whole_nodes(view: View, n: int) -> np.ndarray | None:
+    """Helios' consolidate placer and Sia's whole-node configurations: up to a node best fit;
+    larger jobs only on whole idle nodes, taken from the high end (Sia's two-ended layout)."""
     f = view.per_node
     gmax = int(view.size.max())
     if n <= gmax:
@@ -255,6 +266,8 @@ def _whole_nodes(view: View, n: int) -> np.ndarray | None:
 
 
 def _spread(view: View, n: int) -> np.ndarray | None:
+    """Spread: the emptiest nodes first, one GPU a node a round (Kubernetes' LeastAllocated
+    scoring; the load-balancing baseline)."""
     f = view.per_node
     if view.admission == "compact":
         return _compact(view, n, lambda c: (-f[c],), lambda c: ())
@@ -279,6 +292,8 @@ def _spread(view: View, n: int) -> np.ndarray | None:
 
 
 def _random(view: View, n: int) -> np.ndarray | None:
+    """Random fit (FGD's random-fit baseline): uniformly random free GPUs, or under ``compact`` a
+    random node with room and random whole nodes."""
     rng = view.rng or np.random.default_rng(0)
     if view.admission == "compact":
         keys = rng.random(view.cluster.n_nodes)

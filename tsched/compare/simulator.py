@@ -537,24 +537,38 @@ class _Placer:
             return free_idx[self.domain_of_node[node_of] == dom]
         return free_idx
 
-    def _solve(
-        self, job: TraceJob, n: int, locations: np.ndarray
-    ) -> tuple[np.ndarray, float] | None:
-        import tsched
+    def ring_problem(self, job: TraceJob, locations: np.ndarray) -> Any:
+        """The job's ring all-reduce as a placement problem on ``locations``."""
         from tsched.problem import PlacementProblem
 
+        n = job.gpus
         app = self.app(job)
         ring = np.arange(n)
         gb = np.full(n, 2.0 * (n - 1) / n * max(app.gradient_gb, 1e-9))
-        problem = PlacementProblem(
+        return PlacementProblem(
             name=job.name,
             n_workers=n,
-            locations=locations,
+            locations=np.asarray(locations),
             src=ring,
             dst=np.roll(ring, -1),
             gb=gb,
             cluster=self.cluster,
         )
+
+    def ring_objective(self, job: TraceJob, gpus: np.ndarray) -> float:
+        """The ring's communication seconds per iteration with worker ``k`` on ``gpus[k]``."""
+        from tsched.problem import objective
+
+        if len(gpus) < 2:
+            return 0.0
+        return float(objective(self.ring_problem(job, gpus), np.arange(len(gpus))))
+
+    def _solve(
+        self, job: TraceJob, n: int, locations: np.ndarray
+    ) -> tuple[np.ndarray, float] | None:
+        import tsched
+
+        problem = self.ring_problem(job, locations)
         result = tsched.solve(
             problem,
             method=self.config.policy,
@@ -684,6 +698,8 @@ def simulate(
         j.comm_share = share
         j.objective = objective
         if j.trace.name in watch and j.trace.name not in snapshots:
+            if placer.rule is not None:  # rules do not price the ring; the picture does
+                objective = placer.ring_objective(j.trace, gpus)
             busy = np.flatnonzero(~free)
             snapshots[j.trace.name] = Snapshot(now, np.array(gpus), busy, objective)
         free[gpus] = False
