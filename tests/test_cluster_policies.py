@@ -151,8 +151,13 @@ def test_unknown_rule_and_bad_policy_suffixes_are_refused() -> None:
 
 
 def test_policy_labels_say_what_runs() -> None:
-    labels = [c.label for c in parse_policies("pack,fgd,fgd+count,best-fit+topo,greedy")]
+    compact = SimConfig(admission="compact")
+    labels = [c.label for c in parse_policies("pack,fgd,fgd+count,best-fit+topo,greedy", compact)]
     assert labels == ["first-fit", "fgd", "fgd+count", "best-fit+topo", "greedy"]
+    # under count admission fgd reserves a count (exact there), so +count names nothing new
+    assert [c.label for c in parse_policies("fgd,fgd+topo")] == ["fgd", "fgd+topo"]
+    with pytest.raises(InputError, match="named twice"):
+        parse_policies("fgd,fgd+count")
 
 
 # ---------------------------------------------------------------------------- the simulator
@@ -273,3 +278,44 @@ def test_rule_placements_carry_the_rings_communication_time_in_snapshots() -> No
     res = simulate(jobs, c, cfg)  # the shipped job model: bert-like gradients
     snap = res.snapshots["a"]
     assert len(np.unique(c.gpu_node[snap.gpus])) == 2 and snap.objective > 0
+
+
+def _cells():
+    from dataclasses import replace as _replace
+    from pathlib import Path
+
+    from tsched.compare.study import Cell
+    from tsched.compare.traces import load_trace
+
+    root = Path(__file__).parents[1]
+    jobs = load_trace(root / "tests/data/traces/pollux_workload-6.csv", limit=40)
+    path = str(root / "models/clusters/g4dn-12xlarge-16node.yaml")
+    cells = [Cell("p", 1.0, r, _replace(cfg, seed=r), cfg.label)
+             for cfg in parse_policies("fgd,best-fit", SimConfig(queue="backfill"))
+             for r in range(2)]  # fmt: skip
+    return jobs, path, cells
+
+
+def _figures(rows):
+    return [(r.policy, r.replica, r.jct_mean, r.jct_p99, np.nan_to_num(r.bucket_jct).tolist())
+            for r in rows]  # fmt: skip
+
+
+def test_study_runs_alike_serially_and_in_a_process_pool() -> None:
+    from tsched.compare.study import run_cells
+
+    jobs, path, cells = _cells()
+    serial = run_cells(cells, lambda c: jobs, lambda c: path)
+    pooled = run_cells(cells, lambda c: jobs, lambda c: path, workers=2)
+    assert _figures(serial) == _figures(pooled)
+    assert [r.policy for r in serial] == ["fgd", "fgd", "best-fit", "best-fit"]
+
+
+@pytest.mark.ray
+def test_study_runs_alike_on_ray(ray_cluster) -> None:
+    from tsched.compare.study import run_cells
+
+    jobs, path, cells = _cells()
+    serial = run_cells(cells, lambda c: jobs, lambda c: path)
+    remote = run_cells(cells, lambda c: jobs, lambda c: path, use_ray=True)
+    assert _figures(serial) == _figures(remote)

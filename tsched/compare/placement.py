@@ -361,8 +361,9 @@ class Fgd:
       go to the fullest node, then to the fullest leaf, then the lower index, so whole nodes and
       whole leaves stay free.
 
-    The simulator pairs the rule with a topology-aware reservation for ``backfill`` (the head job
-    reserves the GPUs this rule would give it, not a count; :class:`SimConfig.reservation`).
+    Under ``compact`` admission the simulator pairs the rule with a topology-aware reservation for
+    ``backfill`` (the head job reserves the GPUs this rule would give it, not a count;
+    ``SimConfig.reservation``).
     """
 
     def __call__(self, view: View, n: int) -> np.ndarray | None:

@@ -130,7 +130,8 @@ class SimConfig:
         What ``backfill``'s head job reserves: ``count`` (a number of GPUs, EASY as published)
         or ``topology`` (the GPUs its placement rule would give it at the earliest time it can
         start; later jobs that would still run then must avoid them). ``None``: the policy's
-        own (``topology`` for ``fgd``, ``count`` for the others).
+        own (``topology`` for ``fgd`` under ``compact`` admission, ``count`` otherwise: under
+        ``any`` admission a count is exact, since the head job may start on any GPUs).
     stretch : bool
         Whether a job's run time follows its placement (the job model); ``False`` runs every job
         at its compact run time, the ceiling no placement can beat.
@@ -180,14 +181,19 @@ class SimConfig:
         """The reservation ``backfill`` makes under this config."""
         if self.reservation is not None:
             return self.reservation
-        return "topology" if self.policy == "fgd" else "count"
+        return self._own_reservation
+
+    @property
+    def _own_reservation(self) -> str:
+        # under count admission a count is exact: the head may start on any GPUs
+        return "topology" if self.policy == "fgd" and self.admission == "compact" else "count"
 
     @property
     def label(self) -> str:
         from tsched.compare.placement import canonical
 
         frag = "+frag" if self.fragmentation_aware else ""
-        own = "topology" if self.policy == "fgd" else "count"
+        own = self._own_reservation
         resv = ""
         if self.reserves != own:
             resv = "+topo" if self.reserves == "topology" else "+count"

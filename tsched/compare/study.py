@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -211,15 +211,40 @@ class RunSummary:
     utilisation: float
     tenant_share: dict[str, float]
     sim_seconds: float
-    jct: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    jct_quantiles: list[float] = field(repr=False, default_factory=list)  # percentiles 0…100
+
+    _LISTS = ("bucket_jct", "bucket_queue", "bucket_slowdown", "bucket_jobs")
 
     def row(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "jct"}
-        for key in ("bucket_jct", "bucket_queue", "bucket_slowdown", "bucket_jobs"):
+        """A flat CSV row (:meth:`from_row` reads it back)."""
+        out = dict(self.__dict__)
+        for key in self._LISTS:
             for b, v in enumerate(out.pop(key)):
                 out[f"{key}_{b}"] = v
-        out["tenant_share"] = ";".join(f"{t}={s:.4f}" for t, s in self.tenant_share.items())
+        out["tenant_share"] = ";".join(f"{t}={s:.6g}" for t, s in self.tenant_share.items())
+        out["jct_quantiles"] = ";".join(f"{q:.6g}" for q in self.jct_quantiles)
         return out
+
+    @classmethod
+    def from_row(cls, row: dict[str, str]) -> RunSummary:
+        """The summary of a :meth:`row` read back from CSV."""
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in cls._LISTS:
+                cast = int if f.name == "bucket_jobs" else float
+                kw[f.name] = [cast(row[f"{f.name}_{b}"]) for b in range(4)]
+            elif f.name == "tenant_share":
+                pairs = [p.rsplit("=", 1) for p in row[f.name].split(";") if p]
+                kw[f.name] = {t: float(v) for t, v in pairs}
+            elif f.name == "jct_quantiles":
+                kw[f.name] = [float(v) for v in row[f.name].split(";") if v]
+            elif f.type in ("int", int):
+                kw[f.name] = int(row[f.name])
+            elif f.type in ("float", float):
+                kw[f.name] = float(row[f.name])
+            else:
+                kw[f.name] = row[f.name]
+        return cls(**kw)
 
 
 def summarize_run(
@@ -274,7 +299,7 @@ def summarize_run(
         utilisation=busy / (gpus * span) if span > 0 else 0.0,
         tenant_share={k: v / used for k, v in result.usage_by_tenant.items()},
         sim_seconds=result.wall_time,
-        jct=jct.astype(np.float32),
+        jct_quantiles=np.percentile(jct, np.arange(101)).tolist(),
     )
 
 
