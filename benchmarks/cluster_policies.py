@@ -109,6 +109,49 @@ def _fmt_ci(m, lo, hi, scale=3600.0):
     return f"{m / scale:.2f} ± {(hi - m) / scale:.2f}"
 
 
+def mechanism(rows, loads):
+    """Per trace and regime, at each load of 0.9 or more: how the policies' blocked GPU-hours
+    rank against their mean JCT, their one-GPU bucket and their largest bucket (Spearman across
+    the policies, replica means). A negative first figure says that the policies that strand
+    the most GPUs have the lowest mean: waiting large jobs let small ones overtake them."""
+    from scipy.stats import spearmanr
+
+    by = defaultdict(list)
+    for r in rows:
+        if r.policy != CEILING:
+            by[(r.trace, r.admission, r.load, r.policy)].append(r)
+    out = []
+    for name, adm, load in sorted({k[:3] for k in by}):
+        if load < 0.9:
+            continue
+        groups = [rs for (n, a, ld, _p), rs in by.items() if (n, a, ld) == (name, adm, load)]
+
+        def means(f, groups=groups):
+            return [np.mean([f(r) for r in rs]) for rs in groups]
+
+        blocked = means(lambda r: r.blocked_gpu_hours)
+        if len(set(np.round(blocked, 6))) < 3:
+            continue  # nothing stranded: placement did not matter here
+        figures = (lambda r: r.jct_mean, lambda r: r.bucket_jct[0], lambda r: r.bucket_jct[3])
+        rho = [spearmanr(blocked, means(f)).statistic for f in figures]
+        out.append([name, adm, f"{load:g}", *[f"{x:+.2f}" for x in rho]])
+    if not out:
+        return ""
+    return (
+        "\n## Why: stranded GPUs against job completion\n\n"
+        "Spearman rank correlation across the policies (replica means) between blocked GPU-hours "
+        "and: mean JCT, the one-GPU bucket's mean JCT, the largest bucket's mean JCT. A negative "
+        "first column with a positive last one is the trade this sweep measures: the policies "
+        "that strand the most GPUs make multi-node jobs wait, one-GPU jobs overtake them, and the "
+        "job-count mean (95 % or more one-GPU jobs on Philly) falls while the large jobs pay.\n\n"
+        + markdown_table(
+            ["trace", "admission", "load", "vs mean JCT", "vs 1-GPU JCT", "vs largest bucket JCT"],
+            out,
+        )  # fmt: skip
+        + "\n"
+    )
+
+
 def analyse(rows, loads):
     """Tables and goal verdicts per trace and admission regime."""
     by = defaultdict(list)
@@ -245,6 +288,17 @@ def _goals(name, adm, goal_rows, names_b):
     return out
 
 
+def _colour(policy):
+    """One colour per policy in every plot; fgd in black."""
+    if policy == OURS:
+        return "black"
+    import matplotlib
+
+    order = [*BASELINES, *ABLATIONS]
+    k = order.index(policy) if policy in order else len(order)
+    return matplotlib.colormaps["tab10"](k % 10)
+
+
 def plots(rows, loads, folder):
     import matplotlib
 
@@ -273,18 +327,19 @@ def plots(rows, loads, folder):
                         continue
                     x = [p[0] for p in pts]
                     m = np.array([p[1] for p in pts])
-                    style = {"lw": 2.5, "color": "black"} if pol == OURS else {"lw": 1}
+                    style = {"lw": 2.5 if pol == OURS else 1, "color": _colour(pol)}
                     if pol == CEILING:
-                        style = {"ls": "--", "color": "grey"}
-                    ax.plot(x, m[:, 0], marker="o", ms=3, label=pol, **style)
-                    ax.fill_between(x, m[:, 1], m[:, 2], alpha=0.15,
-                                    color=style.get("color"))  # fmt: skip
+                        style = {"ls": "--", "color": "0.55"}
+                    elif pol in ABLATIONS:
+                        style["ls"] = ":"
+                    (line,) = ax.plot(x, m[:, 0], marker="o", ms=3, label=pol, **style)
+                    ax.fill_between(x, m[:, 1], m[:, 2], alpha=0.12, color=line.get_color())
                 ax.set_yscale("log")
                 ax.set_xlabel("offered load (GPU-hours offered / capacity)")
                 ax.set_ylabel(f"{title} (h), 95% CI band")
                 ax.set_title(f"{name}: {title}, {adm} admission")
                 ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=7, ncol=2)
+        axes[0][-1].legend(fontsize=7, ncol=2)
         fig.tight_layout()
         p = folder / f"{name}-load.png"
         fig.savefig(p, dpi=110)
@@ -304,7 +359,7 @@ def plots(rows, loads, folder):
                       for k in range(4)]  # fmt: skip
                 m = np.array(st)
                 ax.bar(np.arange(4) + i * width, m[:, 0], width, yerr=m[:, 2] - m[:, 0],
-                       label=pol, edgecolor="black" if pol == OURS else None)  # fmt: skip
+                       label=pol, color=_colour(pol))  # fmt: skip
             ax.set_xticks(np.arange(4) + 0.4 - width / 2, names_b)
             ax.set_ylabel("mean JCT (h), 95% CI")
             ax.set_title(f"{name}: by job size, load {ref:.2f}, {adm} admission")
@@ -313,7 +368,7 @@ def plots(rows, loads, folder):
                 rs = [r for r in by[(name, adm, ref, pol)] if r.replica == 0]
                 if rs and rs[0].jct_quantiles:
                     x = np.asarray(rs[0].jct_quantiles) / 3600
-                    ax.plot(x, np.linspace(0, 1, len(x)), label=pol,
+                    ax.plot(x, np.linspace(0, 1, len(x)), label=pol, color=_colour(pol),
                             lw=2.5 if pol == OURS else 1)  # fmt: skip
             ax.set_xscale("log")
             ax.set_xlabel("JCT (h), replica 0")
@@ -429,7 +484,8 @@ def report(args, rows, loads, replicas, days, total):
         + ", ".join(f"`{p}`" for p in ABLATIONS)
         + " (best fit with fgd's topology reservation; fgd with a count reservation), which "
         "say which of fgd's two parts wins what.\n\n"
-        "## Goals\n\n"
+        + mechanism(rows, loads)
+        + "\n## Goals\n\n"
         + "\n".join(verdicts)
         + "\n"
         + tables

@@ -148,6 +148,8 @@ def test_unknown_rule_and_bad_policy_suffixes_are_refused() -> None:
         parse_policies("fgd,bogus")
     with pytest.raises(InputError, match="admission"):
         SimConfig(admission="loose")
+    with pytest.raises(InputError, match="apply to solvers"):
+        SimConfig(policy="fgd", fragmentation_aware=True)
 
 
 def test_policy_labels_say_what_runs() -> None:

@@ -156,8 +156,13 @@ class SimConfig:
     shape_window: int = 256
 
     def __post_init__(self) -> None:
-        from tsched.compare.placement import ADMISSIONS
+        from tsched.compare.placement import ADMISSIONS, RULES, canonical
 
+        if self.fragmentation_aware and canonical(self.policy) in RULES:
+            raise InputError(
+                f"policy {self.policy!r}: fragmentation-aware subsets apply to solvers; the "
+                "rule chooses its own domain"
+            )
         if self.admission not in ADMISSIONS:
             raise InputError(
                 f"admission {self.admission!r}: expected one of {', '.join(ADMISSIONS)}"
