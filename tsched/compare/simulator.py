@@ -852,7 +852,25 @@ def simulate(
             if avail >= head.trace.gpus:
                 shadow = end
                 break
-        extra = avail - head.trace.gpus
+        extra = [avail - head.trace.gpus]
+
+        def admit(need: int, est: float) -> np.ndarray | None:
+            return free if now + est <= shadow or need <= extra[0] else None
+
+        def started(need: int, est: float) -> None:
+            if now + est > shadow:
+                extra[0] -= need
+
+        backfill_pass(now, n_free, admit, started)
+
+    def backfill_pass(
+        now: float,
+        n_free: int,
+        admit: Callable[[int, float], np.ndarray | None],
+        started: Callable[[int, float], None] | None = None,
+    ) -> None:
+        """Tries the waiting jobs behind the head in order: ``admit(gpus, estimated run time)``
+        gives the free GPUs a job may take (``None``: it may not start now)."""
         for k in [item[-1] for item in queue.items[1 : 1 + config.scan_depth]]:
             if n_free == 0:
                 break
@@ -861,11 +879,12 @@ def simulate(
             if need > n_free:
                 continue
             est = j.remaining * j.trace.duration
-            if (now + est <= shadow or need <= extra) and try_start(k, now):
+            mask = admit(need, est)
+            if mask is not None and need <= int(mask.sum()) and try_start(k, now, mask):
                 queue.remove(k)
                 n_free -= need
-                if now + est > shadow:
-                    extra -= need
+                if started:
+                    started(need, est)
 
     def backfill_topology(now: float, head: _Job, n_free: int) -> None:
         """EASY with a reservation that names GPUs: the head job gets the GPUs its rule would
@@ -905,24 +924,12 @@ def simulate(
         outside = free.copy()
         if reserved is not None:
             outside[reserved] = False
-        for k in [item[-1] for item in queue.items[1 : 1 + config.scan_depth]]:
-            if n_free == 0:
-                break
-            j = state[k]
-            need = j.trace.gpus
-            if need > n_free:
-                continue
-            est = j.remaining * j.trace.duration
-            if now + est <= shadow:
-                if try_start(k, now):
-                    queue.remove(k)
-                    n_free -= need
-                continue
-            # it would still run at the shadow time: outside the reservation
-            mask = outside & free
-            if need <= int(mask.sum()) and try_start(k, now, mask):
-                queue.remove(k)
-                n_free -= need
+
+        def admit(need: int, est: float) -> np.ndarray:
+            # a job still running at the shadow time keeps off the reserved GPUs
+            return free if now + est <= shadow else outside & free
+
+        backfill_pass(now, n_free, admit)
 
     def _preempt_for(k: int, now: float, ratio: dict[str, float]) -> None:
         j = state[k]
