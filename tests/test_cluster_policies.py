@@ -321,3 +321,14 @@ def test_study_runs_alike_on_ray(ray_cluster) -> None:
     serial = run_cells(cells, lambda c: jobs, lambda c: path)
     remote = run_cells(cells, lambda c: jobs, lambda c: path, use_ray=True)
     assert _figures(serial) == _figures(remote)
+
+
+def test_a_job_no_rule_can_ever_place_stops_the_replay_with_a_named_error() -> None:
+    from tsched import presets
+
+    c = presets.cluster("dgx-h100-4node")  # node 1 has two busy GPUs: three idle nodes
+    jobs = [TraceJob("big", 0.0, 25, 60.0, "bert")]  # whole-nodes needs four idle nodes
+    with pytest.raises(InputError, match=r"job 'big' asks for 25 GPUs.*3 nodes without busy"):
+        simulate(jobs, c, SimConfig(policy="whole-nodes"))
+    compact = simulate(jobs, c, SimConfig(policy="best-fit", admission="compact"))
+    assert compact.records[0].nodes == 4  # three whole nodes and one GPU of the fourth

@@ -628,6 +628,8 @@ def simulate(
         apps = apps if apps is not None else apps0
     placer = _Placer(cluster, config, collective, apps)
     usable = int((~cluster.busy_mask).sum())
+    idle_nodes = int((np.bincount(cluster.gpu_node[cluster.busy_mask], minlength=cluster.n_nodes)
+                      == 0).sum())  # fmt: skip
     for j in jobs:
         placer.app(j)
         if j.gpus > usable:
@@ -982,9 +984,12 @@ def simulate(
         now = min(t_arr, t_evt)
         clock[0] = now
         if now == math.inf:
+            head = state[queue.head()].trace
             raise InputError(
                 f"simulation stalled with {len(queue)} job(s) waiting that no placement fits "
-                f"(policy {config.policy!r})"
+                f"(policy {config.policy!r}, {config.admission} admission): job {head.name!r} "
+                f"asks for {head.gpus} GPUs and the idle cluster cannot give them that way "
+                f"({usable} usable GPUs, {idle_nodes} nodes without busy GPUs)"
             )
         while events and events[0][0] <= now:
             _t, _s, k, run_id = heapq.heappop(events)
