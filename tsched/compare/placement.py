@@ -105,15 +105,18 @@ class View:
         return self.per_node == self.cluster.gpus_per_node
 
 
+def _free_on(view: View, node: int) -> np.ndarray:
+    """The free GPUs of ``node`` (global indices, in order)."""
+    s = int(view.cluster.node_offset[node])
+    return s + np.flatnonzero(view.free[s : s + int(view.cluster.gpus_per_node[node])])
+
+
 def _gpus_of(view: View, nodes: np.ndarray | list[int], n: int) -> np.ndarray:
     """The first free GPUs of ``nodes`` in that order, ``n`` in all."""
-    c = view.cluster
     out: list[np.ndarray] = []
     left = n
     for node in nodes:
-        s = int(c.node_offset[node])
-        idx = s + np.flatnonzero(view.free[s : s + int(c.gpus_per_node[node])])
-        take = idx[:left]
+        take = _free_on(view, node)[:left]
         out.append(take)
         left -= len(take)
         if left == 0:
@@ -132,6 +135,17 @@ def node_count(cluster: Cluster, n: int) -> int:
 def is_compact(cluster: Cluster, gpus: np.ndarray) -> bool:
     """Whether a placement uses the fewest nodes a job of its size can."""
     return len(np.unique(cluster.gpu_node[gpus])) == node_count(cluster, len(gpus))
+
+
+def compact_nodes(per_node: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
+    """The nodes a compact placement of ``n`` GPUs may use (a mask): nodes with room for the whole
+    job, or, for a job larger than a node, whole free nodes and nodes with room for the
+    remainder."""
+    gmax = int(size.max())
+    if n <= gmax:
+        return per_node >= n
+    rest = n - (math.ceil(n / gmax) - 1) * gmax
+    return (per_node == size) | (per_node >= rest)
 
 
 def _compact(
@@ -273,12 +287,9 @@ def _spread(view: View, n: int) -> np.ndarray | None:
         return _compact(view, n, lambda c: (-f[c],), lambda c: ())
     if f.sum() < n:
         return None
-    c = view.cluster
     nodes = np.flatnonzero(f > 0)
     nodes = nodes[np.lexsort((nodes, -f[nodes]))]  # emptiest first
-    per = [c.node_offset[k] + np.flatnonzero(view.free[c.node_offset[k] :
-                                                         c.node_offset[k] + c.gpus_per_node[k]])
-           for k in nodes]  # fmt: skip
+    per = [_free_on(view, k) for k in nodes]
     out: list[int] = []
     rnd = 0
     while len(out) < n:
@@ -390,7 +401,7 @@ class Fgd:
         doms = _domains(view)
         leaf = doms[0] if doms else np.zeros(c.n_nodes, dtype=np.int64)
         leaf_free = np.bincount(leaf, weights=f)
-        weight = view.weight
+        weight = view.weight  # the price of a fragmented GPU-second
         cands: list[tuple[float, float, float, np.ndarray]] = []
 
         def score(gpus: np.ndarray) -> tuple[float, float, float, np.ndarray]:

@@ -482,7 +482,10 @@ class _Placer:
             return self._place_one(free_idx, free_per_node), 0.0
         locations = free_idx
         if compact:
-            locations = self._compact_locations(n, free_idx, free_per_node)
+            from tsched.compare.placement import compact_nodes
+
+            ok = compact_nodes(free_per_node, c.gpus_per_node, n)
+            locations = free_idx[ok[c.gpu_node[free_idx]]]
             if len(locations) < n:
                 return None
         if self.config.fragmentation_aware:
@@ -496,20 +499,6 @@ class _Placer:
                 gpus = place("best-fit", view, n)
                 return None if gpus is None else (gpus, 0.0)
         return got
-
-    def _compact_locations(
-        self, n: int, free_idx: np.ndarray, free_per_node: np.ndarray
-    ) -> np.ndarray:
-        """Free GPUs of the nodes a compact placement of ``n`` GPUs may use: nodes with room for
-        the whole job, or whole free nodes and nodes with room for the remainder."""
-        size = self.cluster.gpus_per_node
-        gmax = int(size.max())
-        if n <= gmax:
-            ok = free_per_node >= n
-        else:
-            rest = n - (math.ceil(n / gmax) - 1) * gmax
-            ok = (free_per_node == size) | (free_per_node >= rest)
-        return free_idx[ok[self.cluster.gpu_node[free_idx]]]
 
     def _place_one(self, free_idx: np.ndarray, free_per_node: np.ndarray) -> np.ndarray:
         c = self.cluster
@@ -653,7 +642,6 @@ def simulate(
         queue = _Waiting(lambda k: (state[k].trace.submit,))
     running_tenants: dict[str, int] = {}
     recent: deque[tuple[int, float]] = deque()
-    shape_gpu_s: dict[int, float] = {}
     shape_rt: dict[int, float] = {}
     shape_n: dict[int, int] = {}
     usage = _Usage()
@@ -730,7 +718,7 @@ def simulate(
     def stop(j: _Job, now: float) -> None:
         assert j.gpus is not None
         free[j.gpus] = True
-        for node in np.unique(cluster.gpu_node[j.gpus]):
+        for node, _count in j.node_counts:
             del on_node[node][j.index]
             node_end[node] = max(on_node[node].values(), default=now)
         running.discard(j.index)
@@ -795,7 +783,8 @@ def simulate(
         from tsched.compare.placement import expected_shapes as shapes_of
 
         mean_rt = {s: shape_rt[s] / shape_n[s] for s in shape_n if shape_n[s]}
-        return shapes_of(shape_gpu_s, queue.sizes, mean_rt)
+        gpu_seconds = {s: s * shape_rt[s] for s in shape_rt}
+        return shapes_of(gpu_seconds, queue.sizes, mean_rt)
 
     def finished(j: _Job, now: float) -> None:
         """Feeds the finished job into the shape history ``fgd`` weighs."""
@@ -803,12 +792,10 @@ def simulate(
             return
         g, rt = j.trace.gpus, j.trace.duration
         recent.append((g, rt))
-        shape_gpu_s[g] = shape_gpu_s.get(g, 0.0) + g * rt
         shape_rt[g] = shape_rt.get(g, 0.0) + rt
         shape_n[g] = shape_n.get(g, 0) + 1
         if len(recent) > config.shape_window:
             g0, rt0 = recent.popleft()
-            shape_gpu_s[g0] -= g0 * rt0
             shape_rt[g0] -= rt0
             shape_n[g0] -= 1
 

@@ -273,11 +273,11 @@ def spectral_bound(
     for k in range(len(cl.levels) - 1):
         sizes_by_level.append(np.bincount(cl.node_group[:, k], weights=node_free))
     if eigenvalues is None:
-        count = max(_parts_needed(s, n) for s in sizes_by_level)
         eigenvalues = product_eigenvalues(problem)
         if eigenvalues is None:
             if n > SPECTRAL_LIMIT:
                 return None
+            count = max(_parts_needed(s, n) for s in sizes_by_level)
             eigenvalues = _laplacian_eigenvalues(problem, count)
     for k, sizes in enumerate(sizes_by_level):
         step = e[k + 1] - e[k]
