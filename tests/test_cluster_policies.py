@@ -112,8 +112,7 @@ def test_compact_admission_refuses_a_scattered_placement() -> None:
     for rule in ("first-fit", "best-fit", "kai-tas", "slurm-tree", "spread", "random", "fgd"):
         assert place(rule, view(c, busy, "compact"), 3) is None, rule
         got = place(rule, view(c, busy, "any"), 3)
-        if rule != "fgd":
-            assert got is not None and not is_compact(c, got), rule
+        assert got is not None and not is_compact(c, got), rule
 
 
 def test_fragmentation_is_what_the_shapes_cannot_use() -> None:

@@ -412,7 +412,7 @@ class Fgd:
             return (own + weight * float(delta.sum()), float(f[nodes].sum()),
                     float(leaf_free[leaf[nodes]].sum()), gpus)  # fmt: skip
 
-        if view.admission == "any" and view.slowdown is not None and n > 1:
+        if view.admission == "any" and n > 1:
             for split in (_best_fit(view, n), _spread(view, n)):
                 if split is not None and not is_compact(c, split):
                     cands.append(score(split))
