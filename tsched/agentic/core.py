@@ -1,10 +1,11 @@
 """Program-aware scheduling of agent workflows on inference replicas: the pure core.
 
 No I/O and no wall clock: the clock is injected, and every event is a method call —
-:meth:`ProgramScheduler.request` (a program asks for an LLM call), :meth:`~ProgramScheduler.response`
-(the call finished; its usage counts the program's context), :meth:`~ProgramScheduler.abort` (the
-call failed or the client went away), :meth:`~ProgramScheduler.release` (the program ended) and
-:meth:`~ProgramScheduler.tick` (the periodic pause/resume pass). The proxy drives it from one
+:meth:`ProgramScheduler.request` (a program asks for an LLM call),
+:meth:`~ProgramScheduler.response` (the call finished; its usage counts the program's context),
+:meth:`~ProgramScheduler.abort` (the call failed or the client went away),
+:meth:`~ProgramScheduler.release` (the program ended) and :meth:`~ProgramScheduler.tick` (the
+periodic pause/resume pass). The proxy drives it from one
 asyncio loop and the simulator from its event queue, so both run exactly this code.
 
 A *program* is **reasoning** while it has an LLM call in flight or waiting, **acting** between
@@ -184,9 +185,7 @@ class ProgramScheduler:
         profile: EngineProfile | None = None,
     ) -> None:
         if policy not in POLICIES:
-            raise InputError(
-                f"unknown agentic policy {policy!r} (valid: {', '.join(POLICIES)})"
-            )
+            raise InputError(f"unknown agentic policy {policy!r} (valid: {', '.join(POLICIES)})")
         if not capacities:
             raise InputError("the scheduler needs at least one replica")
         for i, cap in enumerate(capacities):
@@ -397,15 +396,27 @@ class ProgramScheduler:
             "shared_prefix_tokens": self.shared_prefix,
             "queue": list(self.queue),
             "programs": [
-                {"program_id": p.id, "state": p.state, "phase": p.phase, "replica": p.replica,
-                 "tokens": p.tokens, "steps": p.steps, "pending": p.pending,
-                 "marked": p.marked}  # fmt: skip
+                {
+                    "program_id": p.id,
+                    "state": p.state,
+                    "phase": p.phase,
+                    "replica": p.replica,
+                    "tokens": p.tokens,
+                    "steps": p.steps,
+                    "pending": p.pending,
+                    "marked": p.marked,
+                }  # fmt: skip
                 for p in self.programs.values()
             ],
             "replicas": [
-                {"replica": i, "up": r.up, "capacity_tokens": r.capacity,
-                 "programs": len(r.programs), "inflight": r.inflight,
-                 "used_tokens": round(self.used_tokens(i), 1)}  # fmt: skip
+                {
+                    "replica": i,
+                    "up": r.up,
+                    "capacity_tokens": r.capacity,
+                    "programs": len(r.programs),
+                    "inflight": r.inflight,
+                    "used_tokens": round(self.used_tokens(i), 1),
+                }  # fmt: skip
                 for i, r in enumerate(self.replicas)
             ],
             "stats": dict(self.stats),
@@ -519,12 +530,12 @@ class ProgramScheduler:
         assert prof is not None
         live = [p for p in self.programs.values() if p.state != "done"]
         context = sum(p.tokens for p in live) / max(len(live), 1)
-        tool = (
-            sum(self._tool_samples) / len(self._tool_samples) if self._tool_samples else 1.0
-        )
+        tool = sum(self._tool_samples) / len(self._tool_samples) if self._tool_samples else 1.0
         out = max(self._output, 1.0)
-        prefill = prof.recompute_seconds(int(context)) if miss else prof.prefill_seconds(
-            int(self._growth)
+        prefill = (
+            prof.recompute_seconds(int(context))
+            if miss
+            else prof.prefill_seconds(int(self._growth))
         )
         decode_call = out * prof.decode_seconds(0.5)
         demand = programs / (tool + prefill + decode_call)
@@ -535,8 +546,10 @@ class ProgramScheduler:
     def _choose_regime(self) -> None:
         """tsched's cost model: bounded (contexts within capacity, every call hits) or open
         (every program admitted; calls recompute what the LRU lost). Pausing makes programs
-        wait, so the bounded regime is kept only while it is predicted at least 5 % faster, and
-        entered again only when predicted 15 % faster (a band, so the choice does not flap)."""
+        wait, and letting the LRU thrash costs whatever the model misses, so either regime is
+        left only for a predicted gain: 5 % to open, 15 % back to bounded (a band, so the
+        choice does not flap). While every context fits, the bounded regime stays: it pauses
+        nobody then."""
         if self.config.overcommit is not None or self.profile is None:
             return
         live = [p for p in self.programs.values() if p.state != "done"]
@@ -551,7 +564,7 @@ class ProgramScheduler:
         else:
             bounded_rate = self._predicted_rate(fits, False)
             open_rate = self._predicted_rate(per_replica, True)
-        if self.regime == "bounded" and open_rate >= 0.95 * bounded_rate:
+        if self.regime == "bounded" and open_rate > 1.05 * bounded_rate:
             self.regime, self.overcommit = "open", math.inf
             self.stats["regime_switches"] = self.stats.get("regime_switches", 0) + 1
         elif self.regime == "open" and bounded_rate > 1.15 * open_rate:
@@ -564,7 +577,7 @@ class ProgramScheduler:
         from the times observed, against the profile's recompute time × programs there)."""
         if not self.queue or self.profile is None or self.regime == "open":
             return
-        for i, rep in enumerate(self.replicas):
+        for rep in self.replicas:
             if not rep.up:
                 continue
             acting = [
@@ -709,7 +722,8 @@ class ProgramScheduler:
             if over <= 0 or acting_only:
                 continue
             reasoning = sorted(
-                (p for p in progs if p.inflight > 0 and not p.marked), key=lambda p: (p.tokens, p.id)
+                (p for p in progs if p.inflight > 0 and not p.marked),
+                key=lambda p: (p.tokens, p.id),
             )
             for prog in reasoning:
                 if over <= 0:

@@ -125,7 +125,10 @@ PRESETS: Mapping[str, EngineProfile] = {
 def _poly(ck: Checker, value: Any, where: str) -> Poly:
     example = "{quadratic: 0, linear: 0.015, constant: 16.5}"
     ck.mapping(
-        value, where, required=("quadratic", "linear", "constant"), optional=("min",),
+        value,
+        where,
+        required=("quadratic", "linear", "constant"),
+        optional=("min",),
         example=example,
     )
     q = ck.number(value["quadratic"], f"{where}.quadratic")

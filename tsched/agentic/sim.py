@@ -454,7 +454,9 @@ def simulate(
                 i = call.pid
                 spec = specs[i]
                 k = call.turn
-                novel = spec.new_tokens[k] + (spec.output_tokens[k - 1] if k else spec.system_tokens)
+                novel = spec.new_tokens[k] + (
+                    spec.output_tokens[k - 1] if k else spec.system_tokens
+                )
                 recomputed = max(call.prefilled - novel, 0)
                 records.append({
                         "program": i, "turn": k, "replica": r, "requested": requested[i],

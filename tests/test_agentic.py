@@ -1,0 +1,434 @@
+"""The agentic scheduler core with a fake clock, the engine model against hand-computed cases
+and the mocker's measured behaviour, the formats, and ``tsched agents simulate``."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from tsched.agentic.core import POLICIES, ProgramScheduler, SchedulerConfig, jain_index
+from tsched.agentic.engine import PRESETS as ENGINES
+from tsched.agentic.engine import EngineProfile, Poly, mocker_args, parse_engine_profile
+from tsched.agentic.sim import Engine, _Call, simulate
+from tsched.agentic.workload import PRESETS as WORKLOADS
+from tsched.agentic.workload import parse_agentic_workload, program_specs
+from tsched.cli import main
+from tsched.errors import InputError
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def sched(policy: str, caps=(1000,), **kw) -> tuple[ProgramScheduler, Clock]:
+    clock = Clock()
+    cfg = SchedulerConfig(buffer_tokens=0, **kw)
+    return ProgramScheduler(list(caps), policy, clock=clock, config=cfg), clock
+
+
+def run_call(s: ProgramScheduler, pid: str, prompt: int, out: int = 0) -> None:
+    assert s.request(pid, prompt) == [(pid, s.programs[pid].replica)]
+    s.response(pid, prompt, out)
+
+
+# ---------------------------------------------------------------- core: request-level policies
+def test_round_robin_and_pass_through_and_sticky_route_as_named():
+    s, _ = sched("round-robin", caps=(100, 100, 100))
+    replicas = [s.request(f"p{k}", 10)[0][1] for k in range(6)]
+    assert replicas == [1, 2, 0, 1, 2, 0]
+    s, _ = sched("pass-through", caps=(100, 100))
+    assert s.request("a", 10) == [("a", 0)]
+    assert s.request("b", 10) == [("b", 1)]  # replica 0 has a call in flight
+    s.response("a", 10, 1)
+    assert s.request("c", 10) == [("c", 0)]
+    s, _ = sched("sticky", caps=(100, 100))
+    first = s.request("a", 10)[0][1]
+    s.response("a", 10, 1)
+    assert all(s.request("a", 10)[0][1] == first and not s.response("a", 10, 1) for _ in range(3))
+    assert s.request("b", 10)[0][1] != first  # the replica with fewer programs
+
+
+def test_unknown_policy_and_bad_capacity_are_input_errors():
+    clock = Clock()
+    with pytest.raises(InputError, match=r"unknown agentic policy 'fifo' \(valid: pass-through"):
+        ProgramScheduler([10], "fifo", clock=clock)
+    with pytest.raises(InputError, match=r"replica 1: capacity must be > 0 tokens, got 0"):
+        ProgramScheduler([10, 0], "tsched", clock=clock)
+
+
+# ---------------------------------------------------------------- core: ThunderAgent
+def test_thunderagent_pauses_acting_programs_smallest_first_then_marks_reasoning():
+    s, clock = sched("thunderagent")
+    for pid, size in (("a", 300), ("b", 200), ("c", 400)):
+        run_call(s, pid, size)
+    assert s.request("c", 700) == [("c", 0)]  # c grows while it reasons: 300+200+700 > 1000
+    s.tick()
+    assert s.programs["b"].state == "paused" and s.programs["a"].state == "active"
+    assert list(s.queue) == ["b"]
+    assert s.check_capacity() == []
+    # both remaining programs reason, 500 + 700 > 1000: the smaller one (a) is marked
+    assert s.request("a", 500) == [("a", 0)]
+    s.tick()
+    assert s.programs["a"].marked and not s.programs["c"].marked
+    assert s.programs["a"].state == "active"
+    s.response("a", 500, 10)  # the marked program is paused when its call returns
+    assert s.programs["a"].state == "paused" and "a" in s.queue
+    assert s.stats["marks"] == 1 and s.stats["pauses"] == 2
+
+
+def test_new_programs_never_overtake_the_queue():
+    s, clock = sched("thunderagent", caps=(1000,))
+    run_call(s, "a", 900)
+    assert s.request("b", 500) == []  # no room: b queues
+    s.release("a")
+    assert s.request("c", 10) == []  # room now, but b is queued first
+    assert list(s.queue) == ["b", "c"]
+    woken = s.tick()
+    assert woken == [("c", 0), ("b", 0)] or woken == [("b", 0), ("c", 0)]
+    assert set(s.queue) == set()
+
+
+def test_thunderagent_resume_order_groups_then_smallest_and_worst_fit_placement():
+    s, clock = sched("thunderagent", caps=(1000, 600))
+    # fill both replicas, queue three programs in three groups
+    run_call(s, "big0", 1000)
+    run_call(s, "big1", 600)
+    s.request("new1", 300)  # new program: queued (group 1)
+    for pid in ("new1",):
+        assert pid in s.queue
+    # a paused program with a waiting call (group 0) and one acting in the queue (group 2)
+    s.queue["new1"].steps = 0
+    s.release("big0")
+    s.release("big1")
+    woken = s.tick()
+    assert woken == [("new1", 0)]  # the largest room is replica 0
+    assert s.check_capacity() == []
+
+
+def test_thunderagent_decay_admits_while_an_old_tool_call_runs():
+    s, clock = sched("thunderagent", caps=(1000,), decay_half_life=1.0)
+    run_call(s, "a", 800)  # a acts from t=0
+    assert s.request("b", 500) == []
+    assert s.tick() == []  # at t=0 a counts fully: 800 + 500 > 1000
+    clock.t = 3.0  # a counts 800 / 8 = 100
+    assert s.tick() == [("b", 0)]
+
+
+def test_forced_resume_after_the_timeout():
+    s, clock = sched("thunderagent", caps=(1000,), resume_timeout=100.0)
+    assert s.request("a", 900) == [("a", 0)]  # a long call: a counts fully all along
+    s.request("b", 500)
+    clock.t = 50
+    assert s.tick() == []
+    clock.t = 101
+    assert s.tick() == [("b", 0)]
+    assert s.stats["forced_resumes"] == 1
+
+
+# ---------------------------------------------------------------- core: tsched's fixes
+def test_tsched_resumes_as_soon_as_capacity_frees_and_thunderagent_waits_for_a_tick():
+    for policy, expect in (("tsched", [("b", 0)]), ("thunderagent", [])):
+        s, clock = sched(policy)
+        run_call(s, "a", 900)
+        assert s.request("b", 500) == []
+        assert s.release("a") == expect
+
+
+def test_tsched_idle_ttl_releases_a_silent_program():
+    s, clock = sched("tsched", idle_ttl=60.0)
+    run_call(s, "a", 900)
+    assert s.request("b", 500) == []
+    clock.t = 59
+    s.tick()
+    assert "a" in s.programs
+    clock.t = 61
+    assert s.tick() == [("b", 0)]
+    assert "a" not in s.programs and s.stats["ttl_releases"] == 1
+
+
+def test_abort_returns_a_program_to_acting_so_it_cannot_stay_reasoning():
+    s, clock = sched("tsched", idle_ttl=10.0)
+    assert s.request("a", 100) == [("a", 0)]
+    clock.t = 5
+    s.abort("a")  # the client went away mid-call
+    prog = s.programs["a"]
+    assert prog.phase == "acting" and prog.inflight == 0 and s.replicas[0].inflight == 0
+    clock.t = 20
+    s.tick()
+    assert "a" not in s.programs  # and the TTL reclaims it
+    # a call that was still waiting in the queue is withdrawn without touching the replica
+    s, clock = sched("thunderagent")
+    run_call(s, "x", 900)
+    s.request("y", 500)
+    s.abort("y", sent=False)
+    assert s.programs["y"].pending == 0 and s.programs["y"].phase == "acting"
+
+
+def test_failed_replica_programs_resume_elsewhere():
+    s, clock = sched("tsched", caps=(1000, 1000))
+    assert s.request("a", 100) == [("a", 0)]
+    s.response("a", 100, 5)
+    woken = s.set_replica_up(0, False)
+    assert woken == [] and s.programs["a"].state in ("paused", "active")
+    assert s.request("a", 200) == [("a", 1)]
+    assert s.programs["a"].origin is None or s.programs["a"].origin == 0
+
+
+def test_tsched_resumes_a_program_on_its_warm_former_replica():
+    s, clock = sched("tsched", caps=(1000, 1000))
+    run_call(s, "a", 400)
+    home = s.programs["a"].replica
+    run_call(s, "b", 900)  # lands on the other replica (least used)
+    assert s.programs["b"].replica != home
+    s._pause(s.programs["a"], 0.0)
+    assert s.request("a", 450) == [("a", home)]  # not the emptier one: its cache is there
+    assert s.stats["warm_resumes"] == 1
+
+
+@pytest.mark.parametrize("policy", ["thunderagent", "tsched"])
+def test_capacity_holds_after_every_tick_under_random_events(policy):
+    rng = random.Random(7)
+    s, clock = sched(policy, caps=(3000, 2000, 4000))
+    sizes = {f"p{k}": rng.randint(100, 900) for k in range(40)}
+    inflight: set[str] = set()
+    waiting: set[str] = set()
+    for step in range(3000):
+        clock.t += rng.random()
+        pid = rng.choice(list(sizes))
+        woken = []
+        if pid in inflight:
+            woken = s.response(pid, sizes[pid], 20)
+            inflight.discard(pid)
+            sizes[pid] += rng.randint(0, 200)
+        elif pid not in waiting and rng.random() < 0.8:
+            woken = s.request(pid, sizes[pid])
+            waiting.add(pid)
+        elif pid not in waiting and rng.random() < 0.3:
+            woken = s.release(pid)
+            sizes[pid] = rng.randint(100, 900)
+        if step % 10 == 0:
+            woken += s.tick()
+            assert s.check_capacity() == [], step
+        for p, _ in woken:
+            waiting.discard(p)
+            inflight.add(p)
+        for p in list(waiting):  # a call answered for an admitted program leaves `waiting`
+            prog = s.programs.get(p)
+            if prog is not None and prog.inflight and p not in inflight:
+                waiting.discard(p)
+                inflight.add(p)
+    assert s.stats["pauses"] > 0 and s.stats["resumes"] > 0
+
+
+def test_jain_index():
+    assert jain_index([2, 2, 2]) == 1.0
+    assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
+
+
+# ---------------------------------------------------------------- engine model
+def call(pid: int, prompt: int, out: int, sys_tokens: int = 0) -> _Call:
+    return _Call(pid, 0, prompt, out, sys_tokens, 16)
+
+
+def drain(engine: Engine, *calls: _Call) -> float:
+    """Submit the calls together and run passes until all finish; the seconds it took."""
+    for c in calls:
+        engine.submit(c)
+    seconds = 0.0
+    while True:
+        plan = engine.plan_pass()
+        if plan is None:
+            return seconds
+        seconds += plan[0]
+        engine.finish_pass(plan[1])
+
+
+def test_engine_reproduces_the_mockers_measured_prefix_cache_and_eviction():
+    mocker = ENGINES["mocker"]
+    small = Engine(mocker, 200 * 16)  # 200 blocks: the issue's measurement
+    cold = drain(small, a := call(0, 1900, 1))
+    assert a.cached == 0 and cold == pytest.approx(mocker.prefill_seconds(1900))
+    assert round(cold * 1000 / 0.1, 1) == 468.7  # 492.6 ms measured live at --speedup-ratio 0.1
+    warm = drain(small, a2 := call(0, 1900, 1))
+    assert a2.cached == 1888 and warm == pytest.approx(mocker.prefill_seconds(12))
+    drain(small, call(1, 1900, 1))
+    drain(small, call(2, 1900, 1))
+    drain(small, a3 := call(0, 1900, 1))
+    assert a3.cached == 0  # evicted by B and C: full recompute
+    big = Engine(mocker, 2000 * 16)
+    for k in (0, 0, 1, 2):
+        drain(big, call(k, 1900, 1))
+    drain(big, a4 := call(0, 1900, 1))
+    assert a4.cached == 1888
+
+
+def test_engine_pass_timing_prefill_then_decode_steps():
+    prof = EngineProfile("t", 16, 8, 64, Poly(0, 1.0, 10.0), Poly(0, 0, 5.0))
+    eng = Engine(prof, 1600)
+    # 100-token prompt in chunks of 64: pass 1 64 tokens (74 ms), pass 2 36 tokens (46 ms) and
+    # the first output token; two decode passes of 5 ms for the rest
+    assert drain(eng, call(0, 100, 3)) == pytest.approx((74 + 46 + 5 + 5) / 1000)
+    # the shared system prompt is cached for another program
+    drain(eng, c := call(1, 100, 1, sys_tokens=48))
+    assert c.cached == 0
+    drain(eng, d := call(2, 100, 1, sys_tokens=48))
+    assert d.cached == 48
+
+
+def test_engine_preempts_the_latest_admitted_call_when_blocks_run_out():
+    prof = EngineProfile("t", 16, 8, 4096, Poly(0, 0.0, 1.0), Poly(0, 0, 1.0))
+    eng = Engine(prof, 10 * 16)  # 10 blocks
+    first, second = call(0, 64, 40), call(1, 64, 40)  # 4 blocks each, growing to 7
+    drain(eng, first, second)
+    assert eng.preemptions >= 1
+    assert first.generated == 40 and second.generated == 40
+    assert eng.used - eng.inactive == 0
+
+
+def test_capacity_too_small_for_one_prompt_is_a_clear_error():
+    eng = Engine(ENGINES["mocker"], 64)
+    with pytest.raises(InputError, match="a prompt of 500 tokens does not fit a replica of 64"):
+        drain(eng, call(0, 500, 1))
+
+
+# ---------------------------------------------------------------- simulator
+def test_simulation_is_deterministic_and_counts_every_step():
+    w = WORKLOADS["swe"].with_load(concurrency=4, programs=6)
+    runs = [
+        simulate(w, ENGINES["mocker"], replicas=2, capacity_tokens=60_000, policy="tsched")
+        for _ in range(2)
+    ]
+    assert runs[0].metrics == runs[1].metrics
+    turns = sum(spec.turns for spec in program_specs(w, 0))
+    assert len(runs[0].records) == turns
+
+
+def test_with_room_for_everything_program_level_policies_never_pause():
+    w = WORKLOADS["swe"].with_load(concurrency=8, programs=16)
+    hits = {}
+    for policy in POLICIES:
+        r = simulate(w, ENGINES["mocker"], replicas=2, capacity_tokens=2_000_000, policy=policy)
+        assert r.counters["pauses"] == 0 and r.counters["preemptions"] == 0
+        hits[policy] = r.metrics["cache_hit_rate"]
+    # affinity keeps each program's prefix: the sticky and program-level policies hit alike,
+    # round-robin alternates replicas and hits less
+    assert hits["sticky"] == pytest.approx(hits["tsched"], abs=0.01)
+    assert hits["round-robin"] < hits["sticky"] - 0.05
+
+
+def test_prefill_heavy_thrash_is_avoided_by_program_level_scheduling():
+    w = WORKLOADS["swe"].with_load(concurrency=24, programs=48)
+    out = {
+        p: simulate(w, ENGINES["prefill-heavy"], replicas=2, capacity_tokens=59_000, policy=p)
+        for p in ("round-robin", "tsched")
+    }
+    assert out["tsched"].metrics["cache_hit_rate"] > out["round-robin"].metrics["cache_hit_rate"]
+    assert (
+        out["tsched"].metrics["steps_per_min"] > 1.3 * out["round-robin"].metrics["steps_per_min"]
+    )
+
+
+# ---------------------------------------------------------------- formats
+def test_workload_presets_and_sampling():
+    assert set(WORKLOADS) == {"swe", "openhands", "heavy-tail"}
+    w = WORKLOADS["heavy-tail"].with_load(programs=2000)
+    tools = np.concatenate([s.tool_seconds for s in program_specs(w, 1)])
+    assert np.median(tools) == pytest.approx(w.tool_seconds.median(), rel=0.1)
+    assert program_specs(w, 1)[5] == program_specs(w.with_load(programs=10), 1)[5]
+
+
+def base_workload(**over):
+    data = {
+        "tsched": "agentic-workload/v1", "name": "t", "programs": 4, "concurrency": 2,
+        "turns": 3, "system_tokens": 10, "initial_tokens": 5, "growth_tokens": 5,
+        "output_tokens": 2, "tool_seconds": {"dist": "lognormal", "median": 1, "sigma": 0.5},
+    }  # fmt: skip
+    data.update(over)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"tool_seconds": {"dist": "gamma", "k": 1}}, r"w.yaml: tool_seconds.dist: unknown value"),
+        ({"tool_seconds": {"dist": "uniform", "low": 3, "high": 1}},
+         r"tool_seconds.high: must be >= low \(3\), got 1"),
+        ({"arrival_rate": 2.0}, "give exactly one of 'concurrency'"),
+        ({"concurrency": None}, "give exactly one of 'concurrency'"),
+        ({"growth_tokens": 1.5}, r"growth_tokens: expected a whole number of tokens, got 1.5"),
+        ({"tsched": "agentic-workload/v2"}, r"tsched: expected 'agentic-workload/v1'"),
+        ({"programs": 0}, r"programs: must be >= 1, got 0"),
+        ({"turnz": 3}, r"turnz: unknown key 'turnz'"),
+    ],
+)  # fmt: skip
+def test_workload_errors_name_the_field(over, message):
+    with pytest.raises(InputError, match=message):
+        parse_agentic_workload(base_workload(**over), "w.yaml")
+
+
+def test_engine_profiles_and_mocker_flags():
+    prof = parse_engine_profile(ENGINES["prefill-heavy"].to_data(), "x.yaml")
+    assert prof == ENGINES["prefill-heavy"]
+    with pytest.raises(InputError, match="not a multiple of the mocker's polynomial"):
+        mocker_args(prof, 10_000)
+    data = ENGINES["mocker"].to_data()
+    data["prefill_ms"] = {k: v * 10 for k, v in data["prefill_ms"].items()}
+    data["decode_step_ms"] = {k: v * 10 for k, v in data["decode_step_ms"].items()}
+    slow = parse_engine_profile(data, "slow.yaml")
+    assert mocker_args(slow, 32_000)[-1] == "0.1"
+    bad = ENGINES["mocker"].to_data()
+    bad["decode_step_ms"] = {"quadratic": 0, "linear": -10, "constant": 5}
+    with pytest.raises(InputError, match=r"decode_step_ms: gives a time <= 0 at p = 0.5"):
+        parse_engine_profile(bad, "bad.yaml")
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_simulate_writes_summary_records_and_plots(tmp_path, capsys):
+    out = tmp_path / "sim"
+    code = main([
+        "agents", "simulate", "--workload", "swe", "--engine", "prefill-heavy", "--replicas", "2",
+        "--capacity-tokens", "40000", "--policies", "round-robin,tsched", "--seeds", "2",
+        "--concurrency", "4,8", "--programs", "8", "--out", str(out), "--json",
+    ])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 0
+    summary = json.loads(captured.out)
+    assert set(summary) == {"round-robin", "tsched"}
+    for entry in summary.values():
+        assert {"steps_per_min", "programs_per_hour", "output_tokens_per_s", "cache_hit_rate",
+                "recomputed_tokens", "p50_step_s", "p99_step_s", "kv_imbalance",
+                "fairness"} <= set(entry)  # fmt: skip
+        assert entry["seeds"] == 2 and set(entry["by_concurrency"]) == {"4", "8"}
+    assert json.loads((out / "summary.json").read_text()) == summary
+    header = (out / "records.csv").read_text().splitlines()[0]
+    assert header.startswith("concurrency,policy,seed,program,turn,replica")
+    for name in ("throughput.png", "cache_hit_rate.png", "kv_imbalance.png", "step_latency.png"):
+        assert (out / name).stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policies", "fifo"], "--policies: unknown agentic policy 'fifo'"),
+        (["--workload", "nope"], "nope: not an agentic workload preset"),
+        (["--capacity-tokens", "8"], "--capacity-tokens: expected at least one KV block"),
+        (["--concurrency", "4,x"], "--concurrency: expected whole numbers"),
+    ],
+)
+def test_cli_simulate_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, message):
+    base = {"--workload": "swe", "--replicas": "1", "--capacity-tokens": "40000",
+            "--policies": "tsched", "--out": str(tmp_path / "o")}  # fmt: skip
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        base[flag] = value
+    args = ["agents", "simulate", *[x for kv in base.items() for x in kv]]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
