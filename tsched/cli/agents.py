@@ -28,19 +28,21 @@ def _int_list(text: str | None, flag: str) -> list[int] | None:
     return values
 
 
-def _policies(text: str) -> list[str]:
+def _policies(text: str, flag: str = "--policies") -> list[str]:
     from tsched.agentic.core import POLICIES
 
     names = [p.strip() for p in text.split(",") if p.strip()]
     if not names:
-        raise InputError("--policies: give at least one policy, e.g. round-robin,tsched")
+        raise InputError(f"{flag}: give at least one policy, e.g. round-robin,tsched")
     for name in names:
         if name not in POLICIES:
             raise InputError(
-                f"--policies: unknown agentic policy {name!r} (valid: {', '.join(POLICIES)})"
+                f"{flag}: unknown agentic policy {name!r} (valid: {', '.join(POLICIES)})"
             )
     if len(set(names)) != len(names):
-        raise InputError(f"--policies: a policy is named twice in {text!r}")
+        raise InputError(f"{flag}: a policy is named twice in {text!r}")
+    if flag == "--policy" and len(names) != 1:
+        raise InputError(f"--policy: one policy, got {text!r}")
     return names
 
 
@@ -108,6 +110,148 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     elif not args.quiet:
         _print_table(summary)
     return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tsched.agentic.core import SchedulerConfig
+    from tsched.agentic.engine import load_engine_profile
+    from tsched.agentic.proxy import ProxySettings, parse_capacities, serve
+    from tsched.cli._common import stderr_console
+
+    console = stderr_console(args.quiet)
+    backends = tuple(b.rstrip("/") for b in args.backend)
+    token = None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            raise InputError(f"--token-file {args.token_file}: cannot read: {exc}") from None
+        if not token:
+            raise InputError(f"--token-file {args.token_file}: the file is empty")
+    if args.port < 0 or args.port > 65535:
+        raise InputError(f"--port: expected 0..65535, got {args.port}")
+    config = SchedulerConfig(
+        tick_seconds=args.tick, idle_ttl=args.idle_ttl if args.idle_ttl > 0 else None
+    )
+    if args.tick <= 0:
+        raise InputError(f"--tick: expected seconds > 0, got {args.tick}")
+    settings = ProxySettings(
+        backends=backends,
+        capacities=parse_capacities(
+            _int_list(args.capacity_tokens, "--capacity-tokens"), backends
+        ),  # fmt: skip
+        policy=_policies(args.policy, "--policy")[0],
+        host=args.host,
+        port=args.port,
+        token=token,
+        max_body_bytes=int(args.max_body_mb * (1 << 20)),
+        backend_timeout=args.backend_timeout,
+        config=config,
+        profile=load_engine_profile(args.engine),
+    )
+    if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:
+        console.print(
+            f"[yellow]warning:[/] serving on {args.host} without a bearer token (--token-file)"
+        )
+
+    def ready(url: str) -> None:
+        console.print(f"tsched agents: {settings.policy} proxy on {url} → {', '.join(backends)}")
+        sys.stderr.flush()
+
+    serve(settings, ready=ready)
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tsched.agentic.bench import run_bench
+    from tsched.agentic.study import summarize, write_outputs
+    from tsched.agentic.workload import load_agentic_workload
+    from tsched.cli.compare import _progress
+
+    workload = load_agentic_workload(args.workload)
+    if args.concurrency is not None:
+        if not workload.closed_loop:
+            raise InputError("--concurrency: the workload is open loop (arrival_rate)")
+        if args.concurrency < 1:
+            raise InputError(f"--concurrency: expected >= 1, got {args.concurrency}")
+        workload = workload.with_load(concurrency=args.concurrency)
+    if args.programs is not None:
+        if args.programs < 1:
+            raise InputError(f"--programs: expected >= 1, got {args.programs}")
+        workload = workload.with_load(programs=args.programs)
+    if args.seeds < 1:
+        raise InputError(f"--seeds: expected >= 1, got {args.seeds}")
+    arms = []
+    for item in args.target:
+        name, sep, url = item.partition("=")
+        if not sep:
+            name, url = item, item
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"--target {item!r}: expected URL or NAME=URL (http://HOST:PORT)")
+        arms.append((name, url.rstrip("/")))
+    if len({a for a, _ in arms}) != len(arms):
+        raise InputError("--target: two arms have the same name")
+    cells, results = [], []
+    quiet = args.quiet or args.json
+    with _progress(quiet) as bar:
+        task = bar.add_task("benchmarking", total=len(arms) * args.seeds)
+        for seed in range(args.seeds):
+            for name, url in arms:  # arms interleaved per seed: drift hits all alike
+                res = asyncio.run(
+                    run_bench(
+                        workload,
+                        url,
+                        seed=seed,
+                        model=args.model,
+                        id_in=args.id_in,
+                        duration=args.duration,
+                        timeout=args.timeout,
+                    )  # fmt: skip
+                )
+                if not res.records:
+                    raise_backend(url, res.errors)
+                cells.append(_Point(name, workload.concurrency or 0))
+                results.append(res)
+                bar.advance(task)
+    summary = summarize(cells, results, headline=workload.concurrency)
+    for name, _ in arms:
+        errs: dict[str, int] = {}
+        for cell, res in zip(cells, results, strict=True):
+            if cell.policy == name:
+                for k, v in res.errors.items():
+                    errs[k] = errs.get(k, 0) + v
+        summary[name]["errors"] = errs
+    meta = {
+        "tsched": "agents-bench/v1",
+        "command": "tsched " + " ".join(sys.argv[1:]),
+        "workload": workload.to_data(),
+        "targets": dict(arms),
+        "seeds": args.seeds,
+        "duration_s": args.duration,
+    }
+    write_outputs(args.out, cells, results, summary, meta, plots=not args.no_plots)
+    if args.json:
+        print(json.dumps(summary))
+    elif not args.quiet:
+        _print_table(summary)
+    return EXIT_OK
+
+
+class _Point:
+    def __init__(self, policy: str, concurrency: int) -> None:
+        self.policy = policy
+        self.concurrency = concurrency
+
+
+def raise_backend(url: str, errors: dict[str, int]) -> None:
+    from tsched.errors import ExecutorError
+
+    detail = ", ".join(f"{k} ×{v}" for k, v in errors.items()) or "no answer"
+    raise ExecutorError(f"--target {url}: no call succeeded ({detail})")
 
 
 def _print_table(summary: dict[str, dict[str, Any]]) -> None:
@@ -190,3 +334,94 @@ def add_parsers(sub: Any) -> None:
     s.add_argument("--json", action="store_true", help="print summary.json on stdout")
     s.add_argument("--quiet", action="store_true", help="no progress or table")
     s.set_defaults(func=cmd_simulate)  # fmt: skip
+
+    v = asub.add_parser(
+        "serve",
+        help="the program-aware OpenAI-compatible proxy in front of engine replicas",
+        description="Serve /v1/chat/completions and /v1/completions, scheduling each agent "
+        "program's calls across --backend replicas; /programs, /programs/release, /health, "
+        "/metrics. Binds 127.0.0.1 unless --host says otherwise.",
+    )
+    v.add_argument(
+        "--backend",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="an engine replica's OpenAI-compatible base URL (repeat per replica)",
+    )
+    v.add_argument(
+        "--policy", default="tsched", help=f"one of {', '.join(POLICIES)} (default tsched)"
+    )
+    v.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    v.add_argument("--port", type=int, default=8300, help="listen port (default 8300)")
+    v.add_argument(
+        "--capacity-tokens",
+        metavar="N[,N…]",
+        help="KV capacity per replica, tokens (one for all or one per backend; "
+        "default: read from each backend's /metrics)",
+    )
+    v.add_argument(
+        "--engine",
+        default="mocker",
+        metavar="PRESET|FILE",
+        help="engine-profile/v1 of the replicas, for tsched's cost model",
+    )
+    v.add_argument("--tick", type=float, default=5.0, help="scheduler tick, s (default 5)")
+    v.add_argument(
+        "--idle-ttl",
+        type=float,
+        default=600.0,
+        help="tsched: release a program idle this long, s (0: never; default 600)",
+    )
+    v.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="require 'Authorization: Bearer <token>' with the token in this file",
+    )
+    v.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body, MiB")
+    v.add_argument(
+        "--backend-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a backend call may take (default 600)",
+    )
+    v.add_argument("--quiet", action="store_true", help="no start-up line")
+    v.set_defaults(func=cmd_serve)  # fmt: skip
+
+    b = asub.add_parser(
+        "bench",
+        help="drive an agentic workload against live services and measure them",
+        description="Run the workload's programs against each --target (the proxy, a Dynamo "
+        "frontend, a router) and write the simulator's files from measured responses.",
+    )
+    b.add_argument("--workload", required=True, metavar="PRESET|FILE")
+    b.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        metavar="[NAME=]URL",
+        help="a service's base URL, optionally named (repeat: arms of one run)",
+    )
+    b.add_argument("--out", required=True, metavar="DIR")
+    b.add_argument("--seeds", type=int, default=1, help="runs per arm (default 1)")
+    b.add_argument("--concurrency", type=int, default=None, help="programs in flight")
+    b.add_argument("--programs", type=int, default=None, help="programs per run")
+    b.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop starting calls after S seconds",
+    )
+    b.add_argument("--model", default="tiny", help="model name the service serves")
+    b.add_argument(
+        "--id-in",
+        default="header",
+        choices=("header", "body"),
+        help="program id as x-dynamo-session-id header (default) or body program_id",
+    )
+    b.add_argument("--timeout", type=float, default=600.0, help="seconds per call")
+    b.add_argument("--no-plots", action="store_true")
+    b.add_argument("--json", action="store_true", help="print summary.json on stdout")
+    b.add_argument("--quiet", action="store_true")
+    b.set_defaults(func=cmd_bench)  # fmt: skip
