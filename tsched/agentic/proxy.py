@@ -192,7 +192,7 @@ def make_app(settings: ProxySettings) -> Any:
     app = web.Application(
         client_max_size=settings.max_body_bytes, middlewares=[_middleware_factory()]
     )
-    app["state"] = state
+    app[_state_key()] = state
     app.router.add_post("/v1/chat/completions", _completions)
     app.router.add_post("/v1/completions", _completions)
     app.router.add_get("/v1/models", _models)
@@ -206,14 +206,31 @@ def make_app(settings: ProxySettings) -> Any:
     return app
 
 
+_KEY: Any = None
+
+
+def _state_key() -> Any:
+    global _KEY
+    if _KEY is None:
+        from aiohttp import web
+
+        _KEY = web.AppKey("tsched_agents_state", _State)
+    return _KEY
+
+
+def state_of(app: Any) -> _State:
+    """The proxy's running state (scheduler, counters) of an app made by :func:`make_app`."""
+    return app[_state_key()]
+
+
 def _state(request: Any) -> _State:
-    return request.app["state"]
+    return state_of(request.app)
 
 
 async def _startup(app: Any) -> None:
     import aiohttp
 
-    state: _State = app["state"]
+    state = state_of(app)
     state.session = aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(
             total=state.settings.backend_timeout, connect=state.settings.connect_timeout
@@ -224,7 +241,7 @@ async def _startup(app: Any) -> None:
 
 
 async def _shutdown(app: Any) -> None:
-    state: _State = app["state"]
+    state = state_of(app)
     state.closing = True
     for futures in state.waiting.values():
         for fut in futures:
@@ -234,7 +251,7 @@ async def _shutdown(app: Any) -> None:
 
 
 async def _cleanup(app: Any) -> None:
-    state: _State = app["state"]
+    state = state_of(app)
     for task in state.tasks:
         task.cancel()
     for task in state.tasks:
