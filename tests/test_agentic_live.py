@@ -126,8 +126,8 @@ def test_many_programs_with_pauses_get_no_5xx(replicas, policy):
 
     async def program(s, url, k, statuses):
         for turn in range(3):
-            async with s.post(f"{url}/v1/completions",
-                              json=completion(f"p{k}", 600 + 400 * turn, 100 + k)) as r:  # fmt: skip
+            call = completion(f"p{k}", 600 + 400 * turn, 100 + k)
+            async with s.post(f"{url}/v1/completions", json=call) as r:
                 statuses.append(r.status)
                 await r.read()
             await asyncio.sleep(0.05 * (k % 5))
