@@ -496,12 +496,14 @@ class ProgramScheduler:
         return self.config.acting_weight
 
     def _mean_residual(self, elapsed: float) -> float | None:
-        """E[T - t | T > t] over the tool times observed (None until 8 are known)."""
+        """E[T - t | T > t] over the tool times observed (None until 8 are known; infinite once
+        the call has outlived every one observed: a program that went silent, say one whose
+        client never releases it, is no better than gone)."""
         if len(self._tool_samples) < 8:
             return None
         longer = [x for x in self._tool_samples if x > elapsed]
         if not longer:
-            return 0.0
+            return math.inf
         return sum(longer) / len(longer) - elapsed
 
     def _observe_tool(self, seconds: float) -> None:

@@ -340,12 +340,15 @@ def simulate(
     horizon: float | None = None,
     sample_seconds: float = 1.0,
     keep_records: bool = True,
+    release_programs: bool = True,
 ) -> SimResult:
     """Run ``workload`` on ``replicas`` engines under ``policy``; see the module docstring.
 
     The measurement window is the saturated part of a closed loop (until fewer than
     ``concurrency`` programs remain) or the whole run of an open loop; ``horizon`` (seconds)
     stops the run early. Metrics are over calls that finish inside the window.
+    ``release_programs=False`` stands for clients that never release their programs (they just
+    go silent after their last call).
 
     Examples
     --------
@@ -473,7 +476,8 @@ def simulate(
                 else:
                     ended_at[i] = t
                     live[0] -= 1
-                    wake += sched.release(pid_of(i))
+                    if release_programs:
+                        wake += sched.release(pid_of(i))
                     if closed and next_program[0] >= len(specs) and window_end[0] == math.inf:
                         window_end[0] = t
                     start_next()
