@@ -432,3 +432,55 @@ def test_cli_simulate_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, messa
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_serve_starts_answers_health_and_stops_on_sigterm(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from tsched.backends.dynamo import free_port
+
+    port = free_port()
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tsched", "agents", "serve", "--backend", "http://127.0.0.1:9",
+         "--capacity-tokens", "1000", "--port", str(port), "--token-file", str(token)],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stderr.readline()
+        assert f"tsched proxy on http://127.0.0.1:{port}" in line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as resp:
+            health = json.loads(resp.read())
+        assert health["status"] == "ok" and health["policy"] == "tsched"
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/programs")
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(req, timeout=5)
+        req.add_header("Authorization", "Bearer t0ken")
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert json.loads(resp.read())["programs"] == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policy", "lifo"], "--policy: unknown agentic policy 'lifo'"),
+        (["--backend", "localhost:80"], "--backend 'localhost:80': expected http://HOST:PORT"),
+        (["--capacity-tokens", "10,20"], "--capacity-tokens: 2 values for 1 backends"),
+        (["--token-file", "/nonexistent/t"], "--token-file /nonexistent/t: cannot read"),
+    ],
+)
+def test_cli_serve_bad_input_is_one_line_exit_2(capsys, argv, message):
+    base = {"--backend": "http://127.0.0.1:9", "--capacity-tokens": "1000"}
+    for flag, value in zip(argv[::2], argv[1::2], strict=True):
+        base[flag] = value
+    assert main(["agents", "serve", *[x for kv in base.items() for x in kv]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -298,6 +298,8 @@ class ProgramScheduler:
             prog.pending = max(prog.pending - 1, 0)
             if prog.inflight or prog.pending:
                 return []
+            if prog.steps == 0:  # a new program that never ran holds nothing: forget it
+                return self.release(program_id)
             prog.phase = "acting"
             prog.acting_since = now
             return []

@@ -434,6 +434,7 @@ async def _forward(
     if usage is not None:
         state.learn_ratio(body, usage[0])
     _ended(state, pid, usage, release=final or not named)
+    state.counts["released"] += int(final and named)
     return out
 
 
@@ -441,7 +442,6 @@ def _ended(state: _State, pid: str, usage: tuple[int, int, int] | None, *, relea
     sched = state.sched
     state.wake(sched.response(pid, *usage) if usage is not None else sched.abort(pid))
     if release:
-        state.counts["released"] += 1
         state.wake(sched.release(pid))
 
 

@@ -121,6 +121,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from tsched.cli._common import stderr_console
 
     console = stderr_console(args.quiet)
+    policy = _policies(args.policy, "--policy")[0]
+    profile = load_engine_profile(args.engine)
     backends = tuple(b.rstrip("/") for b in args.backend)
     token = None
     if args.token_file:
@@ -132,24 +134,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
             raise InputError(f"--token-file {args.token_file}: the file is empty")
     if args.port < 0 or args.port > 65535:
         raise InputError(f"--port: expected 0..65535, got {args.port}")
+    if args.tick <= 0:
+        raise InputError(f"--tick: expected seconds > 0, got {args.tick}")
     config = SchedulerConfig(
         tick_seconds=args.tick, idle_ttl=args.idle_ttl if args.idle_ttl > 0 else None
     )
-    if args.tick <= 0:
-        raise InputError(f"--tick: expected seconds > 0, got {args.tick}")
     settings = ProxySettings(
         backends=backends,
         capacities=parse_capacities(
             _int_list(args.capacity_tokens, "--capacity-tokens"), backends
         ),  # fmt: skip
-        policy=_policies(args.policy, "--policy")[0],
+        policy=policy,
         host=args.host,
         port=args.port,
         token=token,
         max_body_bytes=int(args.max_body_mb * (1 << 20)),
         backend_timeout=args.backend_timeout,
         config=config,
-        profile=load_engine_profile(args.engine),
+        profile=profile,
     )
     if args.host not in ("127.0.0.1", "localhost", "::1") and token is None:
         console.print(
@@ -157,7 +159,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
 
     def ready(url: str) -> None:
-        console.print(f"tsched agents: {settings.policy} proxy on {url} → {', '.join(backends)}")
+        console.print(
+            f"tsched agents: {settings.policy} proxy on {url} → {', '.join(backends)}",
+            soft_wrap=True,
+        )
         sys.stderr.flush()
 
     serve(settings, ready=ready)
