@@ -163,12 +163,18 @@ def test_abort_returns_a_program_to_acting_so_it_cannot_stay_reasoning():
     clock.t = 20
     s.tick()
     assert "a" not in s.programs  # and the TTL reclaims it
-    # a call that was still waiting in the queue is withdrawn without touching the replica
+    # a call that was still waiting in the queue is withdrawn without touching the replica: a
+    # new program is forgotten, a paused one acts again (and stays queued)
     s, clock = sched("thunderagent")
     run_call(s, "x", 900)
     s.request("y", 500)
-    s.abort("y", sent=False)
-    assert s.programs["y"].pending == 0 and s.programs["y"].phase == "acting"
+    assert s.abort("y", sent=False) == [] and "y" not in s.programs and not s.queue
+    run_call(s, "z", 50)
+    s._pause(s.programs["z"], 0.0)
+    assert s.request("z", 600) == []
+    s.abort("z", sent=False)
+    assert s.programs["z"].pending == 0 and s.programs["z"].phase == "acting"
+    assert "z" in s.queue and s.replicas[0].inflight == 0
 
 
 def test_failed_replica_programs_resume_elsewhere():

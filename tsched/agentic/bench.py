@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tsched.agentic.sim import _metrics
+from tsched.agentic.sim import metrics_of, step_record
 from tsched.agentic.workload import AgenticWorkload, ProgramSpec, program_specs
 from tsched.errors import InputError
 
@@ -125,16 +125,13 @@ async def run_bench(
                 errors[f"http_{status}"] = errors.get(f"http_{status}", 0) + 1
                 break
             usage = data.get("usage") or {}
-            cached = ((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0
+            cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
             prompt_tokens = int(usage.get("prompt_tokens") or 0)
-            novel = spec.new_tokens[k] + (spec.output_tokens[k - 1] if k else spec.system_tokens)
-            records.append({
-                "program": i, "turn": k, "replica": -1, "requested": requested, "sent": requested,
-                "done": done, "latency_s": done - requested, "queue_s": 0.0,
-                "prompt_tokens": prompt_tokens, "cached_tokens": int(cached),
-                "output_tokens": int(usage.get("completion_tokens") or 0),
-                "recomputed_tokens": max(prompt_tokens - int(cached) - novel, 0),
-            })  # fmt: skip
+            out = int(usage.get("completion_tokens") or 0)
+            records.append(
+                step_record(spec, k, -1, requested, requested, done, prompt_tokens, cached, out,
+                            prompt_tokens - cached)
+            )  # fmt: skip
             if k + 1 < spec.turns:
                 await asyncio.sleep(spec.tool_seconds[k])
         ended_at[i] = now()
@@ -197,7 +194,7 @@ async def run_bench(
     window = window_end[0] if window_end[0] != math.inf else end
     if duration is not None:
         window = min(window, duration)
-    metrics = _metrics(records, specs, started_at, ended_at, window, imbalance)
+    metrics = metrics_of(records, specs, started_at, ended_at, window, imbalance)
     for rec in records:
         rec["policy"] = target
         rec["seed"] = seed

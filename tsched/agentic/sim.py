@@ -45,7 +45,9 @@ __all__ = [
     "RECORD_FIELDS",
     "Engine",
     "SimResult",
+    "metrics_of",
     "simulate",
+    "step_record",
 ]
 
 METRICS = (
@@ -328,6 +330,30 @@ class SimResult:
     counters: dict[str, float] = field(default_factory=dict)
 
 
+def step_record(
+    spec: ProgramSpec,
+    turn: int,
+    replica: int,
+    requested: float,
+    sent: float,
+    done: float,
+    prompt: int,
+    cached: int,
+    output: int,
+    prefilled: int,
+) -> dict[str, Any]:
+    """One row of ``records.csv`` (:data:`RECORD_FIELDS` but policy and seed). Recomputed
+    tokens are those prefilled beyond what the call brought new: its tool observation and the
+    previous answer (the first call: its whole prompt)."""
+    novel = spec.new_tokens[turn] + (spec.output_tokens[turn - 1] if turn else spec.system_tokens)
+    return {
+        "program": spec.index, "turn": turn, "replica": replica, "requested": requested,
+        "sent": sent, "done": done, "latency_s": done - requested, "queue_s": sent - requested,
+        "prompt_tokens": prompt, "cached_tokens": cached, "output_tokens": output,
+        "recomputed_tokens": max(prefilled - novel, 0),
+    }  # fmt: skip
+
+
 def simulate(
     workload: AgenticWorkload,
     profile: EngineProfile,
@@ -380,8 +406,6 @@ def simulate(
     sent = [0.0] * len(specs)
     started_at = [math.nan] * len(specs)
     ended_at = [math.nan] * len(specs)
-    steps = [0] * len(specs)
-    prev_prompt = [0] * len(specs)
     records: list[dict[str, Any]] = []
     live = [0]
     next_program = [0]
@@ -457,19 +481,10 @@ def simulate(
                 i = call.pid
                 spec = specs[i]
                 k = call.turn
-                novel = spec.new_tokens[k] + (
-                    spec.output_tokens[k - 1] if k else spec.system_tokens
-                )
-                recomputed = max(call.prefilled - novel, 0)
-                records.append({
-                        "program": i, "turn": k, "replica": r, "requested": requested[i],
-                        "sent": sent[i], "done": t, "latency_s": t - requested[i],
-                        "queue_s": sent[i] - requested[i], "prompt_tokens": call.prompt,
-                        "cached_tokens": call.cached or 0, "output_tokens": call.out,
-                        "recomputed_tokens": recomputed,
-                    })  # fmt: skip
-                steps[i] += 1
-                prev_prompt[i] = call.prompt
+                records.append(
+                    step_record(spec, k, r, requested[i], sent[i], t, call.prompt,
+                                call.cached or 0, call.out, call.prefilled)
+                )  # fmt: skip
                 wake = sched.response(pid_of(i), call.prompt, call.out, call.cached or 0)
                 if k + 1 < spec.turns:
                     push(t + spec.tool_seconds[k], "tool", i)
@@ -502,7 +517,7 @@ def simulate(
     end = now[0]
     if window_end[0] == math.inf:
         window_end[0] = end
-    metrics = _metrics(records, specs, started_at, ended_at, window_end[0], imbalance)
+    metrics = metrics_of(records, specs, started_at, ended_at, window_end[0], imbalance)
     counters = dict(sched.stats)
     counters["preemptions"] = sum(e.preemptions for e in engines)
     counters["window_s"] = window_end[0]
@@ -513,7 +528,7 @@ def simulate(
     return SimResult(policy, seed, metrics, records if keep_records else [], counters)
 
 
-def _metrics(
+def metrics_of(
     records: Sequence[dict[str, Any]],
     specs: Sequence[ProgramSpec],
     started_at: Sequence[float],
@@ -521,6 +536,8 @@ def _metrics(
     window: float,
     imbalance: Sequence[float],
 ) -> dict[str, float]:
+    """:data:`METRICS` of the calls that finished inside ``window`` seconds (see
+    :func:`simulate`); ``imbalance`` is the sampled max − min KV utilisation."""
     inside = [r for r in records if r["done"] <= window]
     minutes = max(window, 1e-9) / 60.0
     prompt = sum(r["prompt_tokens"] for r in inside)
