@@ -68,7 +68,7 @@ class MockerReplicas:
         self.stop()
 
     def start(self) -> None:
-        from tsched.backends.dynamo import free_port, tiny_model_path
+        from tsched.backends.dynamo import free_port, loopback_env, tiny_model_path
         from tsched.backends.guardian import GuardSpec, launch
 
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -76,19 +76,7 @@ class MockerReplicas:
         for k in range(self.count):
             work = self.workdir / f"replica{k}"
             work.mkdir(exist_ok=True)
-            env = {
-                "DYN_NAMESPACE": f"tsched-agents-{k}",
-                "DYN_DISCOVERY_BACKEND": "file",
-                "DYN_FILE_KV": str(work / "kv"),
-                "DYN_REQUEST_PLANE": "tcp",
-                "DYN_EVENT_PLANE": "zmq",
-                "DYN_TCP_RPC_HOST": "127.0.0.1",
-                "DYN_TCP_RESPONSE_STREAM_HOST": "127.0.0.1",
-                "DYN_EVENT_PLANE_HOST": "127.0.0.1",
-                "DYN_SYSTEM_HOST": "127.0.0.1",
-                "HF_HUB_OFFLINE": "1",
-                "PYTHONUNBUFFERED": "1",
-            }
+            env = loopback_env(f"tsched-agents-{k}", work / "kv")
             system_port, http_port = free_port(), free_port()
             worker = GuardSpec(
                 name=f"agents-worker{k}",

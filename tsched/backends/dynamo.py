@@ -289,9 +289,12 @@ def replicas_of(plan: Plan, spec: DynamoSpec) -> list[Replica]:
     return out
 
 
-def _base_env(spec: DynamoSpec, workdir: Path) -> dict[str, str]:
+def loopback_env(namespace: str, file_kv: Path | None) -> dict[str, str]:
+    """Dynamo's environment for processes on this host: ``namespace``, the TCP request plane
+    and ZMQ events on 127.0.0.1, no hub downloads, and file discovery in ``file_kv`` (when
+    given)."""
     env = {
-        "DYN_NAMESPACE": spec.namespace,
+        "DYN_NAMESPACE": namespace,
         "DYN_REQUEST_PLANE": "tcp",
         "DYN_EVENT_PLANE": "zmq",
         "DYN_TCP_RPC_HOST": "127.0.0.1",
@@ -301,10 +304,15 @@ def _base_env(spec: DynamoSpec, workdir: Path) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    if spec.discovery == "file":
+    if file_kv is not None:
         env["DYN_DISCOVERY_BACKEND"] = "file"
-        env["DYN_FILE_KV"] = str(workdir / "kv")
-    return {**env, **spec.env}
+        env["DYN_FILE_KV"] = str(file_kv)
+    return env
+
+
+def _base_env(spec: DynamoSpec, workdir: Path) -> dict[str, str]:
+    kv = workdir / "kv" if spec.discovery == "file" else None
+    return {**loopback_env(spec.namespace, kv), **spec.env}
 
 
 def free_port(low: int = 20000, high: int = 32767) -> int:
