@@ -11,6 +11,7 @@ hits all alike. The same cells are simulated with the same seeds.
 Written under ``benchmarks/results/``: ``agentic_live.md`` and ``agentic_live/runs.csv``.
 
     python -m benchmarks.agentic_live [--runs 3] [--duration 60] [--concurrency 35,8]
+        [--engine mocker|prefill-heavy]
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ CAPACITY = 59_000
 ARMS = ["pass-through", "round-robin", "thunderagent", "tsched"]
 
 
-def start_proxy(policy: str, backends: list[str], workdir: str) -> tuple[subprocess.Popen, str]:
+def start_proxy(
+    policy: str, backends: list[str], workdir: str, engine: str
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     argv = [sys.executable, "-m", "tsched", "agents", "serve", "--policy", policy,
-            "--port", str(port), "--capacity-tokens", str(CAPACITY), "--quiet"]  # fmt: skip
+            "--port", str(port), "--capacity-tokens", str(CAPACITY), "--engine", engine,
+            "--quiet"]  # fmt: skip
     for b in backends:
         argv += ["--backend", b]
     log = open(os.path.join(workdir, f"proxy-{policy}-{port}.log"), "wb")  # noqa: SIM115
@@ -75,18 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per run")
     parser.add_argument("--concurrency", default="35,8")
+    parser.add_argument(
+        "--engine",
+        default="mocker",
+        choices=sorted(ENGINES),
+        help="engine profile of the mocker workers (default: its own timing)",
+    )
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",")]
     started = time.time()
     rows: list[dict[str, Any]] = []
-    profile = ENGINES["mocker"]
+    profile = ENGINES[args.engine]
     with tempfile.TemporaryDirectory(prefix="tsched-agentic-live-") as work:
         with MockerReplicas(2, CAPACITY, profile, work) as reps:
             for conc in levels:
                 w = WORKLOADS["swe"].with_load(concurrency=conc, programs=conc * 4)
                 for run in range(args.runs):
                     for arm in ARMS:
-                        proc, url = start_proxy(arm, reps.urls, work)
+                        proc, url = start_proxy(arm, reps.urls, work, args.engine)
                         try:
                             res = asyncio.run(run_bench(w, url, seed=run, duration=args.duration))
                         finally:
@@ -106,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-    folder = RESULTS / "agentic_live"
+    name = "agentic_live" if args.engine == "mocker" else f"agentic_live-{args.engine}"
+    folder = RESULTS / name
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "runs.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -116,11 +127,18 @@ def main(argv: list[str] | None = None) -> int:
         "# Agentic serving live: proxy policies on the same mocker workers",
         "",
         f"Command: `python -m benchmarks.agentic_live --runs {args.runs} --duration "
-        f"{args.duration:g} --concurrency {args.concurrency}` — {len(rows)} runs in "
+        f"{args.duration:g} --concurrency {args.concurrency} --engine {args.engine}` — "
+        f"{len(rows)} runs in "
         f"{(time.time() - started) / 60:.1f} min on {machine()}.",
         "",
-        f"Setting: 2 Dynamo mocker replicas (ai-dynamo 1.6.1, default timing, block 16) of "
-        f"{CAPACITY:,} KV tokens, each behind its own frontend; `tsched agents serve` with each "
+        f"Setting: 2 Dynamo mocker replicas (ai-dynamo 1.6.1, block 16) of {CAPACITY:,} KV "
+        f"tokens with engine profile `{args.engine}` "
+        + (
+            "(the mocker's own timing)"
+            if args.engine == "mocker"
+            else "(given to the mocker as `--planner-profile-data` tables)"
+        )
+        + ", each behind its own frontend; `tsched agents serve` with each "
         "policy in front, one proxy process per run; SWE-like programs (preset `swe`) from "
         f"`tsched agents bench`, {args.duration:g} s per run; the simulator run with the same "
         "seed and horizon beside it. Mean ± 95 % CI half-width over runs.",
@@ -151,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         header = ["arm", "steps/min", "vs round-robin", "hit rate", "p50 s", "p99 s", "fairness",
                   "errors", "sim steps/min", "sim p50 s (vs live)"]  # fmt: skip
         text += [f"## {conc} programs in flight", "", markdown_table(header, table), ""]
-    path = write_result("agentic_live", "\n".join(text))
+    path = write_result(name, "\n".join(text))
     print(f"wrote {path}", file=sys.stderr)
     return 0
 

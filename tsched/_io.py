@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
 from tsched.errors import InputError
+
+T = TypeVar("T")
 
 try:  # PyYAML's C loader is ~10x faster on big model files; fall back to pure Python.
     _Loader: type = yaml.CSafeLoader
@@ -98,6 +101,23 @@ def load_yaml_text(text: str, source: str) -> Any:
         raise InputError(f"{where}: YAML syntax error: {problem}") from exc
     except yaml.YAMLError as exc:
         raise InputError(f"{source}: YAML error: {exc}") from exc
+
+
+def load_preset_or_file(
+    spec: str | os.PathLike[str],
+    presets: Mapping[str, T],
+    what: str,
+    parse: Callable[[Any, str], T],
+) -> T:
+    """A preset by name, else the YAML file ``spec`` parsed by ``parse(data, source)``. A bare
+    name that is neither says so and lists the presets."""
+    if isinstance(spec, str) and spec in presets:
+        return presets[spec]
+    path = Path(spec)
+    if not path.suffix and not path.exists():
+        raise InputError(f"{spec}: not an {what} preset ({', '.join(presets)}) and no such file")
+    text = read_text(path, what)
+    return parse(load_yaml_text(text, str(path)), str(path))
 
 
 def dump_yaml(data: Any) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tsched._io import load_yaml_text, read_text
+from tsched._io import load_preset_or_file
 from tsched.errors import InputError
 from tsched.formats._check import Checker
 
@@ -184,25 +184,49 @@ def parse_engine_profile(data: Any, source: str) -> EngineProfile:
 
 def load_engine_profile(spec: str | Path) -> EngineProfile:
     """A preset name (``mocker``, ``prefill-heavy``) or an ``engine-profile/v1`` file."""
-    if isinstance(spec, str) and spec in PRESETS:
-        return PRESETS[spec]
-    path = Path(spec)
-    if not path.suffix and not path.exists():
-        raise InputError(
-            f"{spec}: not an engine profile preset ({', '.join(PRESETS)}) and no such file"
+    return load_preset_or_file(spec, PRESETS, "engine profile", parse_engine_profile)
+
+
+def write_mocker_tables(profile: EngineProfile, capacity_tokens: int, path: str | Path) -> Path:
+    """Write ``profile`` as the mocker's interpolation tables, the NPZ that
+    ``--planner-profile-data`` reads (keys ``prefill_isl``, ``prefill_ttft_ms``,
+    ``decode_active_kv_tokens``, ``decode_context_length``, ``decode_itl``): a pass's prefill
+    time for 1 … ``max_batched_tokens`` new tokens, and a decode step's time per active-KV level.
+    The mocker's decode table also has a context-length axis; the profile's step time does not
+    depend on it, so every column is the same."""
+    import numpy as np
+
+    isl = np.linspace(1, max(profile.max_batched_tokens, 2), 256)
+    kv = np.linspace(0, capacity_tokens, 65)
+    ctx = np.linspace(1, capacity_tokens, 9)
+    itl = np.array([[profile.decode_step_ms.ms(k / capacity_tokens)] * len(ctx) for k in kv])
+    target = Path(path)
+    with open(target, "wb") as fh:
+        np.savez(
+            fh,
+            prefill_isl=isl,
+            prefill_ttft_ms=np.array([profile.prefill_ms.ms(x) for x in isl]),
+            decode_active_kv_tokens=kv,
+            decode_context_length=ctx,
+            decode_itl=itl,
         )
-    text = read_text(path, "engine profile")
-    return parse_engine_profile(load_yaml_text(text, str(path)), str(path))
+    return target
 
 
 def mocker_args(
-    profile: EngineProfile, capacity_tokens: int, *, speedup_ratio: float = 1.0
+    profile: EngineProfile,
+    capacity_tokens: int,
+    *,
+    speedup_ratio: float = 1.0,
+    tables: str | Path | None = None,
 ) -> list[str]:
     """The ``python -m dynamo.mocker`` flags that make a mocker worker follow ``profile``.
 
     The mocker's timing is its built-in polynomial divided by ``--speedup-ratio``; a profile whose
     curves are a common multiple ``k`` of the mocker preset's runs with ratio ``speedup_ratio / k``.
-    Other shapes cannot be expressed through flags and raise :class:`InputError`.
+    Any other profile is written as interpolation tables to ``tables`` (an ``.npz`` path, see
+    :func:`write_mocker_tables`) and passed as ``--planner-profile-data``; without ``tables`` it
+    raises :class:`InputError`.
 
     Examples
     --------
@@ -212,17 +236,26 @@ def mocker_args(
     """
     base = PRESETS["mocker"]
     scale = _common_multiple(profile, base)
-    if scale is None:
-        raise InputError(
-            f"engine profile {profile.name!r}: its timing is not a multiple of the mocker's "
-            "polynomial, so mocker flags cannot express it (use the simulator, or a profile "
-            "that scales the 'mocker' preset)"
-        )
     blocks = capacity_tokens // profile.block_size
     if blocks < 1:
         raise InputError(
             f"capacity {capacity_tokens} tokens is less than one block of {profile.block_size}"
         )
+    if scale is None:
+        if tables is None:
+            raise InputError(
+                f"engine profile {profile.name!r}: its timing is not a multiple of the mocker's "
+                "polynomial, so flags alone cannot express it (give a path for its tables)"
+            )
+        write_mocker_tables(profile, capacity_tokens, tables)
+        return [
+            "--block-size", str(profile.block_size),
+            "--num-gpu-blocks-override", str(blocks),
+            "--max-num-seqs", str(profile.max_num_seqs),
+            "--max-num-batched-tokens", str(profile.max_batched_tokens),
+            "--speedup-ratio", f"{speedup_ratio:g}",
+            "--planner-profile-data", str(tables),
+        ]  # fmt: skip
     return [
         "--block-size", str(profile.block_size),
         "--num-gpu-blocks-override", str(blocks),

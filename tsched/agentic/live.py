@@ -72,7 +72,8 @@ class MockerReplicas:
         from tsched.backends.guardian import GuardSpec, launch
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        flags = mocker_args(self.profile, self.capacity_tokens, speedup_ratio=self.speedup_ratio)
+        flags = mocker_args(self.profile, self.capacity_tokens, speedup_ratio=self.speedup_ratio,
+                            tables=self.workdir / "engine-tables.npz")  # fmt: skip
         for k in range(self.count):
             work = self.workdir / f"replica{k}"
             work.mkdir(exist_ok=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tsched._io import load_yaml_text, read_text
+from tsched._io import load_preset_or_file
 from tsched.formats._check import Checker
 
 __all__ = [
@@ -300,17 +300,7 @@ def parse_agentic_workload(data: Any, source: str) -> AgenticWorkload:
 
 def load_agentic_workload(spec: str | Path) -> AgenticWorkload:
     """A preset name (``swe``, ``openhands``, ``heavy-tail``) or an ``agentic-workload/v1`` file."""
-    if isinstance(spec, str) and spec in PRESETS:
-        return PRESETS[spec]
-    path = Path(spec)
-    if not path.suffix and not path.exists():
-        from tsched.errors import InputError
-
-        raise InputError(
-            f"{spec}: not an agentic workload preset ({', '.join(PRESETS)}) and no such file"
-        )
-    text = read_text(path, "agentic workload")
-    return parse_agentic_workload(load_yaml_text(text, str(path)), str(path))
+    return load_preset_or_file(spec, PRESETS, "agentic workload", parse_agentic_workload)
 
 
 def program_specs(workload: AgenticWorkload, seed: int | None = 0) -> list[ProgramSpec]:
