@@ -95,15 +95,18 @@ def main(argv: list[str] | None = None) -> int:
             for conc in levels:
                 w = WORKLOADS["swe"].with_load(concurrency=conc, programs=conc * 4)
                 for run in range(args.runs):
-                    for arm in ARMS:
+                    for arm in args.arms.split(","):
                         proc, url = start_proxy(arm, reps.urls, work, args.engine)
                         try:
-                            res = asyncio.run(run_bench(w, url, seed=run, duration=args.duration))
+                            res = asyncio.run(
+                                run_bench(w, url, seed=run, duration=args.duration,
+                                          warmup=args.warmup)
+                            )  # fmt: skip
                         finally:
                             stop(proc)
                         sim = simulate(w, profile, replicas=2, capacity_tokens=CAPACITY,
                                        policy=arm, seed=run, horizon=args.duration,
-                                       keep_records=False)  # fmt: skip
+                                       warmup=args.warmup, keep_records=False)  # fmt: skip
                         row = {"concurrency": conc, "arm": arm, "run": run,
                                "errors": sum(res.errors.values()), **res.metrics}  # fmt: skip
                         row.update({f"sim_{k}": v for k, v in sim.metrics.items()})
@@ -127,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         "# Agentic serving live: proxy policies on the same mocker workers",
         "",
         f"Command: `python -m benchmarks.agentic_live --runs {args.runs} --duration "
-        f"{args.duration:g} --concurrency {args.concurrency} --engine {args.engine}` — "
+        f"{args.duration:g} --warmup {args.warmup:g} --concurrency {args.concurrency} "
+        f"--engine {args.engine} --arms {args.arms}` — "
         f"{len(rows)} runs in "
         f"{(time.time() - started) / 60:.1f} min on {machine()}.",
         "",
@@ -140,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         + ", each behind its own frontend; `tsched agents serve` with each "
         "policy in front, one proxy process per run; SWE-like programs (preset `swe`) from "
-        f"`tsched agents bench`, {args.duration:g} s per run; the simulator run with the same "
-        "seed and horizon beside it. Mean ± 95 % CI half-width over runs.",
+        f"`tsched agents bench`, {args.duration:g} s per run, the first {args.warmup:g} s left "
+        "out of the metrics; the simulator run with the same seed, horizon and warm-up beside "
+        "it. Mean ± 95 % CI half-width over runs.",
         "",
     ]
     for conc in levels:
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         table = []
         base = {m: np.mean([r[m] for r in sub if r["arm"] == "round-robin"])
                 for m in ("steps_per_min", "p50_step_s", "p99_step_s")}  # fmt: skip
-        for arm in ARMS:
+        for arm in args.arms.split(","):
             rs = [r for r in sub if r["arm"] == arm]
 
             def cell(metric: str, digits: int = 1, rs: list = rs) -> str:

@@ -64,10 +64,12 @@ async def run_bench(
     release: bool = True,
     sample: Callable[[], float | None] | None = None,
     programs: Sequence[ProgramSpec] | None = None,
+    warmup: float = 0.0,
 ) -> BenchResult:
     """Run ``workload`` against ``target`` (base URL); see the module docstring.
 
-    ``duration`` stops starting calls after that many seconds (calls in flight finish).
+    ``duration`` stops starting calls after that many seconds (calls in flight finish);
+    ``warmup`` seconds at the start are left out of the metrics.
     ``sample`` (optional) returns the KV imbalance across replicas now; it is polled every second.
     """
     import aiohttp
@@ -194,7 +196,7 @@ async def run_bench(
     window = window_end[0] if window_end[0] != math.inf else end
     if duration is not None:
         window = min(window, duration)
-    metrics = metrics_of(records, specs, started_at, ended_at, window, imbalance)
+    metrics = metrics_of(records, specs, started_at, ended_at, window, imbalance, warmup=warmup)
     for rec in records:
         rec["policy"] = target
         rec["seed"] = seed

@@ -367,12 +367,14 @@ def simulate(
     sample_seconds: float = 1.0,
     keep_records: bool = True,
     release_programs: bool = True,
+    warmup: float = 0.0,
 ) -> SimResult:
     """Run ``workload`` on ``replicas`` engines under ``policy``; see the module docstring.
 
     The measurement window is the saturated part of a closed loop (until fewer than
     ``concurrency`` programs remain) or the whole run of an open loop; ``horizon`` (seconds)
     stops the run early. Metrics are over calls that finish inside the window.
+    ``warmup`` seconds at the start are left out of the metrics (steady state only).
     ``release_programs=False`` stands for clients that never release their programs (they just
     go silent after their last call).
 
@@ -517,7 +519,9 @@ def simulate(
     end = now[0]
     if window_end[0] == math.inf:
         window_end[0] = end
-    metrics = metrics_of(records, specs, started_at, ended_at, window_end[0], imbalance)
+    metrics = metrics_of(
+        records, specs, started_at, ended_at, window_end[0], imbalance, warmup=warmup
+    )
     counters = dict(sched.stats)
     counters["preemptions"] = sum(e.preemptions for e in engines)
     counters["window_s"] = window_end[0]
@@ -535,31 +539,35 @@ def metrics_of(
     ended_at: Sequence[float],
     window: float,
     imbalance: Sequence[float],
+    *,
+    warmup: float = 0.0,
 ) -> dict[str, float]:
-    """:data:`METRICS` of the calls that finished inside ``window`` seconds (see
-    :func:`simulate`); ``imbalance`` is the sampled max − min KV utilisation."""
-    inside = [r for r in records if r["done"] <= window]
-    minutes = max(window, 1e-9) / 60.0
+    """:data:`METRICS` of the calls that finished between ``warmup`` and ``window`` seconds
+    (see :func:`simulate`); ``imbalance`` is the sampled max − min KV utilisation."""
+    start = min(max(warmup, 0.0), window)
+    span = max(window - start, 1e-9)
+    inside = [r for r in records if start <= r["done"] <= window]
+    minutes = span / 60.0
     prompt = sum(r["prompt_tokens"] for r in inside)
     cached = sum(r["cached_tokens"] for r in inside)
     lat = np.array([r["latency_s"] for r in inside]) if inside else np.array([math.nan])
-    done_programs = sum(1 for e in ended_at if e <= window)
+    done_programs = sum(1 for e in ended_at if start <= e <= window)
     per_program: dict[int, int] = {}
     for r in inside:
         per_program[r["program"]] = per_program.get(r["program"], 0) + 1
     rates = []
-    for i, start in enumerate(started_at):
-        if math.isnan(start) or start >= window:
+    for i, begun in enumerate(started_at):
+        if math.isnan(begun) or begun >= window:
             continue
         end = ended_at[i] if not math.isnan(ended_at[i]) else window
-        alive = min(end, window) - start
+        alive = min(end, window) - max(begun, start)
         n = per_program.get(i, 0)
-        if alive > 0 and (n > 0 or alive >= 0.1 * window):  # a program that starved counts
+        if alive > 0 and (n > 0 or alive >= 0.1 * span):  # a program that starved counts
             rates.append(n / alive)
     return {
         "steps_per_min": len(inside) / minutes,
         "programs_per_hour": done_programs / (minutes / 60.0),
-        "output_tokens_per_s": sum(r["output_tokens"] for r in inside) / max(window, 1e-9),
+        "output_tokens_per_s": sum(r["output_tokens"] for r in inside) / span,
         "cache_hit_rate": cached / prompt if prompt else math.nan,
         "recomputed_tokens": float(sum(r["recomputed_tokens"] for r in inside)),
         "p50_step_s": float(np.percentile(lat, 50)),
