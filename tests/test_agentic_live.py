@@ -212,3 +212,73 @@ def test_a_replica_that_dies_fails_its_calls_clearly_and_its_programs_move(tmp_p
                 assert (await r.json())["status"] == "degraded"
 
         asyncio.run(with_proxy(reps.urls, body))
+
+
+def test_cli_bench_drives_two_arms_through_served_proxies(replicas, tmp_path, capsys):
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tsched.backends.dynamo import free_port
+    from tsched.cli import main
+
+    procs, urls = [], {}
+    try:
+        for policy in ("round-robin", "tsched"):
+            port = free_port()
+            argv = [
+                sys.executable,
+                "-m",
+                "tsched",
+                "agents",
+                "serve",
+                "--policy",
+                policy,
+                "--port",
+                str(port),
+                "--capacity-tokens",
+                str(CAPACITY),
+                "--quiet",
+            ]
+            for url in replicas.urls:
+                argv += ["--backend", url]
+            procs.append(subprocess.Popen(argv))
+            urls[policy] = f"http://127.0.0.1:{port}"
+        for url in urls.values():
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(url + "/health", timeout=2).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+        out = tmp_path / "bench"
+        code = main(
+            [
+                "agents",
+                "bench",
+                "--workload",
+                "swe",
+                "--concurrency",
+                "4",
+                "--programs",
+                "4",
+                "--duration",
+                "20",
+                "--out",
+                str(out),
+                "--json",
+                *[x for p, u in urls.items() for x in ("--target", f"{p}={u}")],
+            ]
+        )
+        summary = json.loads(capsys.readouterr().out)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=20)
+    assert code == 0 and set(summary) == {"round-robin", "tsched"}
+    for entry in summary.values():
+        assert entry["steps_per_min"] > 0 and entry["errors"] == {}
+        assert 0 < entry["cache_hit_rate"] < 1
+    rows = (out / "records.csv").read_text().splitlines()
+    assert len(rows) > 8 and (out / "throughput.png").exists()

@@ -50,6 +50,7 @@ class BenchResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
 
 
 async def run_bench(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from tsched.agentic.workload import AgenticWorkload
 from tsched.compare.study import ci95
 
 __all__ = ["PLOTS", "Cell", "run_cells", "summarize", "write_outputs"]
+
+log = logging.getLogger(__name__)
 
 PLOTS = ("throughput.png", "cache_hit_rate.png", "kv_imbalance.png", "step_latency.png")
 
@@ -102,11 +105,12 @@ def run_cells(
 
 
 def summarize(
-    cells: Sequence[Cell], results: Sequence[SimResult], *, headline: int | None = None
+    cells: Sequence[Any], results: Sequence[Any], *, headline: int | None = None
 ) -> dict[str, dict[str, Any]]:
     """``summary.json``'s content: per policy, means over seeds with 95 % intervals, at the
     ``headline`` concurrency (default: the largest), and every concurrency under
-    ``by_concurrency``."""
+    ``by_concurrency``. A cell needs ``policy`` and ``concurrency``; a result ``metrics`` and
+    ``counters`` (a simulated run's, or a measured one's)."""
     groups: dict[str, dict[int, list[SimResult]]] = {}
     for cell, res in zip(cells, results, strict=True):
         groups.setdefault(cell.policy, {}).setdefault(cell.concurrency, []).append(res)
@@ -185,7 +189,12 @@ def write_outputs(
         atomic_write_text(folder / name, text)
         written.append(folder / name)
     if plots:
-        written += plot_summary(summary, folder)
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            log.warning("matplotlib is not installed: no plots (pip install 'tsched[plot]')")
+        else:
+            written += plot_summary(summary, folder)
     return written
 
 
