@@ -80,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per run")
     parser.add_argument("--concurrency", default="35,8")
     parser.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="seconds at the start of each run left out of the metrics",
+    )
+    parser.add_argument("--arms", default=",".join(ARMS), help="proxy policies to compare")
+    parser.add_argument(
         "--engine",
         default="mocker",
         choices=sorted(ENGINES),
