@@ -490,3 +490,18 @@ def test_cli_serve_bad_input_is_one_line_exit_2(capsys, argv, message):
     assert main(["agents", "serve", *[x for kv in base.items() for x in kv]]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.ray
+def test_simulation_sweep_runs_alike_on_ray(ray_cluster):
+    from tsched.agentic.study import Cell, run_cells
+
+    w = WORKLOADS["swe"].with_load(concurrency=6, programs=8)
+    cells = [
+        Cell(w, ENGINES["prefill-heavy"], 2, 30_000, policy, seed, keep_records=False)
+        for policy in ("round-robin", "tsched")
+        for seed in range(2)
+    ]
+    serial = run_cells(cells)
+    remote = run_cells(cells, use_ray=True)
+    assert [r.metrics for r in serial] == [r.metrics for r in remote]
