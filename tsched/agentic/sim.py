@@ -543,7 +543,9 @@ def metrics_of(
     warmup: float = 0.0,
 ) -> dict[str, float]:
     """:data:`METRICS` of the calls that finished between ``warmup`` and ``window`` seconds
-    (see :func:`simulate`); ``imbalance`` is the sampled max − min KV utilisation."""
+    (see :func:`simulate`); ``imbalance`` is the sampled max − min KV utilisation. Fairness is
+    Jain's index of steps per second alive, over programs alive in the window for at least a
+    tenth of it."""
     start = min(max(warmup, 0.0), window)
     span = max(window - start, 1e-9)
     inside = [r for r in records if start <= r["done"] <= window]
@@ -561,9 +563,10 @@ def metrics_of(
             continue
         end = ended_at[i] if not math.isnan(ended_at[i]) else window
         alive = min(end, window) - max(begun, start)
-        n = per_program.get(i, 0)
-        if alive > 0 and (n > 0 or alive >= 0.1 * span):  # a program that starved counts
-            rates.append(n / alive)
+        # programs alive for at least a tenth of the window, starved ones included; a program
+        # seen for a moment would make its rate, and the index, noise
+        if alive >= 0.1 * span:
+            rates.append(per_program.get(i, 0) / alive)
     return {
         "steps_per_min": len(inside) / minutes,
         "programs_per_hour": done_programs / (minutes / 60.0),
