@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(x) for x in args.concurrency.split(",")]
     started = time.time()
     rows: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
     profile = ENGINES[args.engine]
     with tempfile.TemporaryDirectory(prefix="tsched-agentic-live-") as work:
         with MockerReplicas(2, CAPACITY, profile, work) as reps:
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
                                "errors": sum(res.errors.values()), **res.metrics}  # fmt: skip
                         row.update({f"sim_{k}": v for k, v in sim.metrics.items()})
                         rows.append(row)
+                        records += [{"concurrency": conc, "arm": arm, "run": run, **rec}
+                                    for rec in res.records]  # fmt: skip
                         live, model = res.metrics, sim.metrics
                         print(
                             f"  c={conc} run {run} {arm}: {live['steps_per_min']:.0f} steps/min "
@@ -133,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    with open(folder / "records.csv", "w", newline="") as fh:  # every measured step
+        writer = csv.DictWriter(fh, fieldnames=list(records[0]), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
     text = [
         "# Agentic serving live: proxy policies on the same mocker workers",
         "",
