@@ -241,28 +241,23 @@ def mocker_args(
         raise InputError(
             f"capacity {capacity_tokens} tokens is less than one block of {profile.block_size}"
         )
-    if scale is None:
-        if tables is None:
-            raise InputError(
-                f"engine profile {profile.name!r}: its timing is not a multiple of the mocker's "
-                "polynomial, so flags alone cannot express it (give a path for its tables)"
-            )
-        write_mocker_tables(profile, capacity_tokens, tables)
-        return [
-            "--block-size", str(profile.block_size),
-            "--num-gpu-blocks-override", str(blocks),
-            "--max-num-seqs", str(profile.max_num_seqs),
-            "--max-num-batched-tokens", str(profile.max_batched_tokens),
-            "--speedup-ratio", f"{speedup_ratio:g}",
-            "--planner-profile-data", str(tables),
-        ]  # fmt: skip
-    return [
+    if scale is None and tables is None:
+        raise InputError(
+            f"engine profile {profile.name!r}: its timing is not a multiple of the mocker's "
+            "polynomial, so flags alone cannot express it (give a path for its tables)"
+        )
+    flags = [
         "--block-size", str(profile.block_size),
         "--num-gpu-blocks-override", str(blocks),
         "--max-num-seqs", str(profile.max_num_seqs),
         "--max-num-batched-tokens", str(profile.max_batched_tokens),
-        "--speedup-ratio", f"{speedup_ratio / scale:g}",
     ]  # fmt: skip
+    if scale is not None:
+        return [*flags, "--speedup-ratio", f"{speedup_ratio / scale:g}"]
+    assert tables is not None
+    write_mocker_tables(profile, capacity_tokens, tables)
+    return [*flags, "--speedup-ratio", f"{speedup_ratio:g}", "--planner-profile-data",
+            str(tables)]  # fmt: skip
 
 
 def _common_multiple(profile: EngineProfile, base: EngineProfile) -> float | None:
