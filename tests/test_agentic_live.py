@@ -103,6 +103,11 @@ def test_proxy_routes_programs_keeps_their_cache_and_serves_its_endpoints(replic
         async with s.post(f"{url}/v1/completions", json=completion("c", 20000, 3)) as r:
             assert r.status == 413 and (await r.json())["error"]["type"] == "request_too_large"
         assert "c" not in state.sched.programs
+        # a prompt no replica can hold is refused at once, not queued forever
+        async with s.post(f"{url}/v1/completions", json=completion("d", 9000, 4)) as r:
+            err = await r.json()
+            assert r.status == 400 and err["error"]["type"] == "context_too_large"
+        assert "d" not in state.sched.programs
 
     asyncio.run(with_proxy(replicas.urls, body))
 
@@ -253,16 +258,18 @@ def test_cli_bench_drives_two_arms_through_served_proxies(replicas, tmp_path, ca
                 except OSError:
                     time.sleep(0.2)
         out = tmp_path / "bench"
+        small = tmp_path / "small.yaml"  # contexts stay well inside the replicas' 8k tokens
+        small.write_text(
+            "tsched: agentic-workload/v1\nname: small\nprograms: 6\nconcurrency: 3\n"
+            "turns: 3\nsystem_tokens: 200\ninitial_tokens: 300\ngrowth_tokens: 300\n"
+            "output_tokens: 8\ntool_seconds: {dist: fixed, value: 0.2}\n"
+        )
         code = main(
             [
                 "agents",
                 "bench",
                 "--workload",
-                "swe",
-                "--concurrency",
-                "4",
-                "--programs",
-                "4",
+                str(small),
                 "--duration",
                 "20",
                 "--out",

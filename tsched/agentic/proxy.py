@@ -329,8 +329,18 @@ async def _completions(request: Any) -> Any:
         if isinstance(options, dict):
             options.setdefault("include_usage", True)
     sched = state.sched
+    estimate = state.estimate_tokens(body)
+    largest = max(state.settings.capacities)
+    if estimate > largest:  # no replica could ever hold it: waiting would be forever
+        return _error(
+            400,
+            f"the prompt is about {estimate} tokens, more than the largest replica's KV "
+            f"capacity ({largest} tokens)",
+            "context_too_large",
+            program_id=pid,
+        )
     state.counts["calls"] += 1
-    wakeups = sched.request(pid, state.estimate_tokens(body))
+    wakeups = sched.request(pid, estimate)
     replica = next((r for p, r in wakeups if p == pid), None)
     state.wake([(p, r) for p, r in wakeups if p != pid])
     if replica is None:
