@@ -186,8 +186,9 @@ def verdicts(rows: list[dict], levels: list[int], c2x: int) -> list[str]:
     ta = mean(mock, "thunderagent", c2x) / mean(mock, "round-robin", c2x)
     out.append(
         f"- mocker at 2× KV: the simulated round-robin plateau is "
-        f"{mean(mock, 'round-robin', c2x):.0f} steps/min at {c2x} programs (measured live at 32: "
-        f"407, one run) and thunderagent / round-robin = {ta:.2f}× (live, Dynamo's port: 0.92×)."
+        f"{mean(mock, 'round-robin', c2x):.0f} steps/min at {c2x} programs (the issue reports "
+        f"407 live at 32, one run, not measured here) and thunderagent / round-robin = "
+        f"{ta:.2f}× (the issue reports 0.92× live for Dynamo's port, not measured here)."
     )
     low = min(levels)
     r, sep = ratio_line(mock[("tsched", low)], mock[("pass-through", low)])

@@ -97,18 +97,20 @@ def test_new_programs_never_overtake_the_queue():
 
 def test_thunderagent_resume_order_groups_then_smallest_and_worst_fit_placement():
     s, clock = sched("thunderagent", caps=(1000, 600))
-    # fill both replicas, queue three programs in three groups
-    run_call(s, "big0", 1000)
-    run_call(s, "big1", 600)
-    s.request("new1", 300)  # new program: queued (group 1)
-    for pid in ("new1",):
-        assert pid in s.queue
-    # a paused program with a waiting call (group 0) and one acting in the queue (group 2)
-    s.queue["new1"].steps = 0
-    s.release("big0")
-    s.release("big1")
-    woken = s.tick()
-    assert woken == [("new1", 0)]  # the largest room is replica 0
+    assert s.request("big0", 900) == [("big0", 0)]  # long calls: both replicas nearly full
+    assert s.request("big1", 550) == [("big1", 1)]
+    run_call(s, "w", 90)  # fits replica 0's 100 tokens
+    run_call(s, "a", 40)  # fits replica 1's 50
+    assert s.request("n", 80) == []  # a new program: no room, queued (group 1)
+    s._pause(s.programs["w"], 0.0)
+    s._pause(s.programs["a"], 0.0)  # acting in the queue (group 2)
+    assert s.request("w", 95) == []  # paused with a waiting call (group 0)
+    assert list(s.queue) == ["n", "w", "a"]
+    # room: 100 + 50 = 150. Kept in group order while they fit the total: w (95), not n (80 >
+    # 55 left), a (40). Placed largest first on the most room: w on replica 0, a on replica 1.
+    assert s.tick() == [("w", 0)]  # only w has a call to send
+    assert s.programs["a"].replica == 1 and s.programs["a"].state == "active"
+    assert list(s.queue) == ["n"]
     assert s.check_capacity() == []
 
 

@@ -35,16 +35,17 @@ Policies (:data:`POLICIES`):
     left, marks reasoning ones smallest first (paused when their call returns). A program queued
     for 1,800 s is resumed on its former replica regardless.
 ``tsched``
-    ThunderAgent's structure with its known weak spots fixed: the shared system prefix is counted
-    once per replica (learned from the cached tokens of programs' first calls); acting contexts
-    decay on both sides with a half-life equal to the median tool time observed; a resumed
-    program goes back to its former replica while its prefix is likely still cached there (the
-    tokens other programs pushed through that replica since it left are below its free space);
-    queued programs are resumed as soon as capacity frees (on every response and release), not only
-    on ticks; a program idle longer than ``idle_ttl`` is released; a failed or abandoned call
-    returns the program to acting, so nothing stays reasoning forever; and, from the engine
-    profile, replicas are over-committed where recomputing a context costs less than decoding a
-    turn (pausing would lose more batch throughput than it saves).
+    ThunderAgent's structure with its known weak spots fixed: each program is counted at the
+    size of its next call; queued programs are resumed as soon as capacity frees (on every
+    response and release), in queue order, never overtaken; a resumed program goes back to its
+    former replica while its prefix is likely still cached there (the tokens other programs
+    pushed through that replica since it left are below its free space); while programs wait,
+    an acting program whose expected remaining tool time (from the times observed) exceeds what
+    its recompute would stall is paused; a program idle longer than ``idle_ttl`` is released; a
+    failed or abandoned call returns the program to acting, so nothing stays reasoning forever;
+    and a cost model from the engine profile chooses between the bounded regime (contexts within
+    capacity) and the open one (every program admitted) — see :meth:`_choose_regime`. Counting
+    the shared system prompt once is an option (``count_shared_once``), off by default.
 """
 
 from __future__ import annotations
@@ -67,8 +68,6 @@ __all__ = [
 
 POLICIES = ("pass-through", "round-robin", "sticky", "thunderagent", "tsched")
 PROGRAM_LEVEL = ("thunderagent", "tsched")
-PHASES = ("reasoning", "acting")
-STATES = ("active", "paused", "done")
 
 Wakeups = list[tuple[str, int]]
 
@@ -703,11 +702,9 @@ class ProgramScheduler:
         self._bind(prog, replica)
         return self._dispatch(prog) if prog.pending else []
 
-    def _pause_over_capacity(
-        self, now: float, only: int | None = None, *, acting_only: bool = False
-    ) -> None:
+    def _pause_over_capacity(self, now: float) -> None:
         for i, rep in enumerate(self.replicas):
-            if not rep.up or (only is not None and i != only):
+            if not rep.up:
                 continue
             over = -self.remaining(i)
             if over <= 0:
@@ -723,7 +720,7 @@ class ProgramScheduler:
                 over -= self._need(prog) * self._acting_weight(now - prog.acting_since, False)
                 over -= self.config.buffer_tokens
                 self._pause(prog, now)
-            if over <= 0 or acting_only:
+            if over <= 0:
                 continue
             reasoning = sorted(
                 (p for p in progs if p.inflight > 0 and not p.marked),
