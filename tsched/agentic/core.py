@@ -524,15 +524,13 @@ class ProgramScheduler:
         self._cold_firsts = 0
         self.shared_prefix = cached if self.shared_prefix == 0 else min(self.shared_prefix, cached)
 
-    def _predicted_rate(self, programs: float, miss: bool) -> float:
-        """Steps per second of one replica running ``programs`` programs, every call hitting
-        its cache (``miss`` False) or recomputing its whole context (True): the smaller of what
-        the programs ask (programs / (tool + call)) and what the engine serves (1 / engine
-        seconds per call, decode passes shared by the calls in flight)."""
+    def _predicted_rate(self, programs: float, context: float, miss: bool) -> float:
+        """Steps per second of one replica running ``programs`` programs of ``context`` tokens,
+        every call hitting its cache (``miss`` False) or recomputing its whole context (True):
+        the smaller of what the programs ask (programs / (tool + call)) and what the engine
+        serves (1 / engine seconds per call, decode passes shared by the calls in flight)."""
         prof = self.profile
         assert prof is not None
-        live = [p for p in self.programs.values() if p.state != "done"]
-        context = sum(p.tokens for p in live) / max(len(live), 1)
         tool = sum(self._tool_samples) / len(self._tool_samples) if self._tool_samples else 1.0
         out = max(self._output, 1.0)
         prefill = (
@@ -555,18 +553,18 @@ class ProgramScheduler:
         nobody then."""
         if self.config.overcommit is not None or self.profile is None:
             return
-        live = [p for p in self.programs.values() if p.state != "done"]
         ups = [r for r in self.replicas if r.up]
-        if not live or not ups or self._output <= 0:
+        if not self.programs or not ups or self._output <= 0:
             return
-        per_replica = len(live) / len(ups)
-        context = sum(p.tokens for p in live) / len(live) + self.config.buffer_tokens
-        fits = sum(r.capacity for r in ups) / len(ups) / max(context, 1.0)
+        per_replica = len(self.programs) / len(ups)
+        context = sum(p.tokens for p in self.programs.values()) / len(self.programs)
+        fits = (
+            sum(r.capacity for r in ups) / len(ups) / max(context + self.config.buffer_tokens, 1.0)
+        )
         if per_replica <= fits:
-            open_rate = bounded_rate = self._predicted_rate(per_replica, False)
-        else:
-            bounded_rate = self._predicted_rate(fits, False)
-            open_rate = self._predicted_rate(per_replica, True)
+            return  # every context fits: the bounded regime pauses nobody, nothing to choose
+        bounded_rate = self._predicted_rate(fits, context, False)
+        open_rate = self._predicted_rate(per_replica, context, True)
         if self.regime == "bounded" and open_rate > 1.05 * bounded_rate:
             self.regime, self.overcommit = "open", math.inf
             self.stats["regime_switches"] = self.stats.get("regime_switches", 0) + 1
