@@ -5,7 +5,9 @@ Each program of the workload (:func:`~tsched.agentic.workload.program_specs`, th
 the simulator runs for the same seed) is an asyncio task: it sends its calls to
 ``/v1/completions`` with a prompt of exactly the sampled number of tokens for the tiny word-level
 model tsched ships (``w0`` … ``w255``: one token per word), sleeps its tool times between calls
-and releases itself at the end (``POST /programs/release``, where the target has it). Every
+and releases itself at the end: ``POST /programs/release`` (the tsched proxy), a separate one-token
+call carrying ``x-dynamo-session-final: true`` (Dynamo's ThunderAgent port, which drops the call
+that carries it), or not at all (a plain frontend has no lifecycle). Every
 prompt extends the program's previous one, and every program starts with the same system
 prompt, so prefix caching behaves as with a real agent. Programs are named in the
 ``x-dynamo-session-id`` header (what the tsched proxy and Dynamo's routers read) unless
@@ -32,6 +34,7 @@ from tsched.errors import InputError
 __all__ = ["BenchResult", "run_bench", "words"]
 
 VOCAB = 256
+RELEASES = ("programs", "session-final", "none")
 
 
 def words(count: int, seed: int) -> list[str]:
@@ -62,23 +65,29 @@ async def run_bench(
     id_in: str = "header",
     duration: float | None = None,
     timeout: float = 600.0,
-    release: bool = True,
+    release: str = "programs",
     sample: Callable[[], float | None] | None = None,
     programs: Sequence[ProgramSpec] | None = None,
     warmup: float = 0.0,
+    text_seed: int | None = None,
 ) -> BenchResult:
     """Run ``workload`` against ``target`` (base URL); see the module docstring.
 
     ``duration`` stops starting calls after that many seconds (calls in flight finish);
     ``warmup`` seconds at the start are left out of the metrics.
     ``sample`` (optional) returns the KV imbalance across replicas now; it is polled every second.
+    ``text_seed`` (default ``seed``) picks the prompts' words: runs of the same programs with
+    different words share no cached prefix on engines that outlive one run.
     """
     import aiohttp
 
     if id_in not in ("header", "body"):
         raise InputError(f"id_in must be 'header' or 'body', got {id_in!r}")
+    if release not in RELEASES:
+        raise InputError(f"release must be one of {', '.join(RELEASES)}, got {release!r}")
     specs = list(programs) if programs is not None else program_specs(workload, seed)
-    system = words(max((s.system_tokens for s in specs), default=0), seed=-1)
+    text = seed if text_seed is None else text_seed
+    system = words(max((s.system_tokens for s in specs), default=0), seed=-1 - text)
     started_at = [math.nan] * len(specs)
     ended_at = [math.nan] * len(specs)
     records: list[dict[str, Any]] = []
@@ -96,7 +105,7 @@ async def run_bench(
     async def one_program(session: aiohttp.ClientSession, spec: ProgramSpec) -> None:
         i = spec.index
         pid = f"bench-{seed}-{i}"
-        own = words(sum(spec.new_tokens) + sum(spec.output_tokens), seed=seed * 1_000_003 + i)
+        own = words(sum(spec.new_tokens) + sum(spec.output_tokens), seed=text * 1_000_003 + i)
         started_at[i] = now()
         for k in range(spec.turns):
             if time.monotonic() >= stop_at:
@@ -138,13 +147,19 @@ async def run_bench(
             if k + 1 < spec.turns:
                 await asyncio.sleep(spec.tool_seconds[k])
         ended_at[i] = now()
-        if release and id_in in ("header", "body"):
-            try:
+        try:
+            if release == "programs":
                 async with session.post(f"{target}/programs/release",
                                         json={"program_id": pid}) as resp:  # fmt: skip
                     await resp.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                pass
+            elif release == "session-final":
+                close = {"model": model, "prompt": system[0] if system else "w0", "max_tokens": 1}
+                headers = {"x-dynamo-session-id": pid, "x-dynamo-session-final": "true"}
+                async with session.post(f"{target}/v1/completions", json=close,
+                                        headers=headers) as resp:  # fmt: skip
+                    await resp.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            pass
 
     async def sampler() -> None:
         while True:

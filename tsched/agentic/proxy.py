@@ -19,6 +19,11 @@ Endpoints:
 - ``GET /metrics``: Prometheus text.
 - ``GET /v1/models``: from the first replica that is up.
 
+A replica is an OpenAI base URL, or ``URL#instance=ID``: one worker behind a Dynamo frontend
+that serves several, reached by pinning each call to it (``nvext.backend_instance_id``, which
+the frontend honours in every router mode). So one frontend over shared workers serves the
+proxy and Dynamo's own routers alike.
+
 Safety: binds 127.0.0.1 unless told otherwise; an optional bearer token (every endpoint but
 ``/health``); request bodies above ``max_body_bytes`` get 413; every backend call has a connect
 and a total timeout; errors are JSON ``{"error": {"message", "type"}}``. The scheduler runs on the
@@ -46,13 +51,36 @@ from tsched.agentic.core import ProgramScheduler, SchedulerConfig, Wakeups
 from tsched.agentic.engine import EngineProfile
 from tsched.errors import InputError
 
-__all__ = ["ProxySettings", "discover_capacity", "make_app", "serve"]
+__all__ = ["ProxySettings", "discover_capacity", "make_app", "serve", "split_backend"]
 
 log = logging.getLogger(__name__)
 
 COMPLETION_PATHS = ("/v1/chat/completions", "/v1/completions")
 SESSION_HEADER = "x-dynamo-session-id"
 FINAL_HEADER = "x-dynamo-session-final"
+
+
+_PIN = re.compile(r"^instance=(\d+)$")
+
+
+def split_backend(spec: str) -> tuple[str, int | None]:
+    """``URL`` or ``URL#instance=ID`` → (base URL, Dynamo worker instance id or None)."""
+    url, sep, pin = spec.partition("#")
+    url = url.rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise InputError(f"--backend {spec!r}: expected http://HOST:PORT[#instance=ID]")
+    if not sep:
+        return url, None
+    match = _PIN.match(pin)
+    if match is None:
+        raise InputError(
+            f"--backend {spec!r}: after '#' expected instance=<Dynamo worker instance id, an "
+            f"unsigned integer>, got {pin!r}"
+        )
+    value = int(match.group(1))
+    if value >= 1 << 64:
+        raise InputError(f"--backend {spec!r}: instance id {value} does not fit 64 bits")
+    return url, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +103,8 @@ class ProxySettings:
     def __post_init__(self) -> None:
         if not self.backends:
             raise InputError("the proxy needs at least one --backend URL")
-        for url in self.backends:
-            if not re.match(r"^https?://[^/\s]+", url):
-                raise InputError(f"--backend {url!r}: expected http://HOST:PORT")
+        for spec in self.backends:
+            split_backend(spec)
         if len(self.capacities) != len(self.backends):
             raise InputError(
                 f"{len(self.capacities)} capacities for {len(self.backends)} backends; give one "
@@ -115,6 +142,7 @@ class _State:
 
     def __init__(self, settings: ProxySettings) -> None:
         self.settings = settings
+        self.targets = [split_backend(b) for b in settings.backends]
         self.sched = ProgramScheduler(
             list(settings.capacities),
             settings.policy,
@@ -157,7 +185,7 @@ class _State:
     async def _probe(self, replica: int) -> None:
         import aiohttp
 
-        url = self.settings.backends[replica] + "/v1/models"
+        url = self.targets[replica][0] + "/v1/models"
         try:
             while not self.closing:
                 await asyncio.sleep(self.settings.probe_seconds)
@@ -382,10 +410,14 @@ async def _forward(
     from aiohttp import web
 
     backend = state.settings.backends[replica]
+    base, pin = state.targets[replica]
+    if pin is not None:
+        nvext = body.get("nvext")
+        body["nvext"] = {**(nvext if isinstance(nvext, dict) else {}), "backend_instance_id": pin}
     usage: tuple[int, int, int] | None = None
     out: Any = None
     try:
-        async with state.session.post(backend + request.path, json=body) as resp:
+        async with state.session.post(base + request.path, json=body) as resp:
             if not stream or resp.status != 200:
                 payload = await resp.read()
                 if resp.status == 200:
@@ -460,7 +492,7 @@ async def _models(request: Any) -> Any:
     from aiohttp import web
 
     state = _state(request)
-    for i, url in enumerate(state.settings.backends):
+    for i, (url, _) in enumerate(state.targets):
         if not state.sched.replicas[i].up:
             continue
         try:
@@ -656,7 +688,7 @@ def serve(settings: ProxySettings, *, ready: Any = None) -> None:
 def parse_capacities(values: Sequence[int] | None, backends: Sequence[str]) -> tuple[int, ...]:
     """One capacity for all backends, one per backend, or (None) read from each backend."""
     if not values:
-        return tuple(discover_capacity(b) for b in backends)
+        return tuple(discover_capacity(split_backend(b)[0]) for b in backends)
     if len(values) == 1:
         return tuple(values) * len(backends)
     if len(values) != len(backends):

@@ -123,7 +123,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     console = stderr_console(args.quiet)
     policy = _policies(args.policy, "--policy")[0]
     profile = load_engine_profile(args.engine)
-    backends = tuple(b.rstrip("/") for b in args.backend)
+    backends = tuple(args.backend)
     token = None
     if args.token_file:
         try:
@@ -213,6 +213,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         seed=seed,
                         model=args.model,
                         id_in=args.id_in,
+                        release=args.release,
                         duration=args.duration,
                         timeout=args.timeout,
                     )  # fmt: skip
@@ -351,8 +352,10 @@ def add_parsers(sub: Any) -> None:
         "--backend",
         action="append",
         required=True,
-        metavar="URL",
-        help="an engine replica's OpenAI-compatible base URL (repeat per replica)",
+        metavar="URL[#instance=ID]",
+        help="an engine replica's OpenAI-compatible base URL, or one worker behind a Dynamo "
+        "frontend that serves several (its instance id, as the frontend's /health lists it); "
+        "repeat per replica",
     )
     v.add_argument(
         "--policy", default="tsched", help=f"one of {', '.join(POLICIES)} (default tsched)"
@@ -424,6 +427,14 @@ def add_parsers(sub: Any) -> None:
         default="header",
         choices=("header", "body"),
         help="program id as x-dynamo-session-id header (default) or body program_id",
+    )
+    b.add_argument(
+        "--release",
+        default="programs",
+        choices=("programs", "session-final", "none"),
+        help="how a finished program is released: POST /programs/release (the tsched proxy; "
+        "default), a one-token call with x-dynamo-session-final (Dynamo's ThunderAgent router), "
+        "or none (a plain frontend)",
     )
     b.add_argument("--timeout", type=float, default=600.0, help="seconds per call")
     b.add_argument("--no-plots", action="store_true")
