@@ -483,6 +483,8 @@ def test_cli_serve_starts_answers_health_and_stops_on_sigterm(tmp_path):
         (["--backend", "localhost:80"], "--backend 'localhost:80': expected http://HOST:PORT"),
         (["--capacity-tokens", "10,20"], "--capacity-tokens: 2 values for 1 backends"),
         (["--token-file", "/nonexistent/t"], "--token-file /nonexistent/t: cannot read"),
+        (["--backend", "http://127.0.0.1:9#inst=3"], "after '#' expected instance=<Dynamo"),
+        (["--dynamo-frontend", "http://127.0.0.1:9"], "give the replicas as --backend URL"),
     ],
 )
 def test_cli_serve_bad_input_is_one_line_exit_2(capsys, argv, message):
@@ -492,6 +494,21 @@ def test_cli_serve_bad_input_is_one_line_exit_2(capsys, argv, message):
     assert main(["agents", "serve", *[x for kv in base.items() for x in kv]]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_backend_pins_parse_and_a_frontend_without_workers_is_named(capsys):
+    from tsched.agentic.proxy import split_backend
+
+    assert split_backend("http://h:1/") == ("http://h:1", None)
+    assert split_backend("http://h:1#instance=42") == ("http://h:1", 42)
+    with pytest.raises(InputError, match="does not fit 64 bits"):
+        split_backend(f"http://h:1#instance={1 << 64}")
+    argv = ["agents", "serve", "--dynamo-frontend", "http://127.0.0.1:9", "--replicas", "2",
+            "--discovery-timeout", "0.3", "--capacity-tokens", "1000"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--dynamo-frontend http://127.0.0.1:9: wanted 2 serving workers after 0.3 s" in err
+    assert err.count("\n") == 1
 
 
 @pytest.mark.ray

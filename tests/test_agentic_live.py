@@ -289,3 +289,74 @@ def test_cli_bench_drives_two_arms_through_served_proxies(replicas, tmp_path, ca
         assert 0 < entry["cache_hit_rate"] < 1
     rows = (out / "records.csv").read_text().splitlines()
     assert len(rows) > 8 and (out / "throughput.png").exists()
+
+
+def generate_calls(reps, k: int) -> float:
+    """Calls worker ``k`` has served on its generate endpoint (not the KV router's queries)."""
+    import urllib.request
+
+    with urllib.request.urlopen(reps.metrics_urls[k], timeout=5) as resp:
+        lines = resp.read().decode().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("dynamo_component_requests_total{") and 'endpoint="generate"' in line
+    )
+
+
+def test_shared_workers_serve_dynamo_routers_its_port_and_pinned_proxy_calls(tmp_path):
+    """One set of workers behind a round-robin and a KV-mode frontend and Dynamo's ThunderAgent
+    port: the proxy's pins reach exactly the worker the scheduler chose; the Dynamo arms serve
+    the bench's programs; a pinned worker that dies fails its call clearly and its programs
+    move to the other."""
+    from tsched.agentic.bench import run_bench
+    from tsched.agentic.live import NAMESPACE, MockerReplicas
+    from tsched.agentic.proxy import dynamo_backends
+    from tsched.agentic.workload import parse_agentic_workload
+
+    with MockerReplicas(
+        2, CAPACITY, ENGINES["mocker"], tmp_path, layout="shared",
+        router_modes=("round-robin", "kv"), thunderagent=["--scheduler-interval-seconds", "1"],
+    ) as reps:  # fmt: skip
+        front = reps.frontends["round-robin"]
+        listed = dynamo_backends(front, namespace=NAMESPACE, replicas=2, timeout=30)
+        assert sorted(listed) == sorted(reps.urls)
+        small = parse_agentic_workload({
+            "tsched": "agentic-workload/v1", "name": "small", "programs": 4, "concurrency": 2,
+            "turns": 3, "system_tokens": 100, "initial_tokens": 200, "growth_tokens": 100,
+            "output_tokens": 4, "tool_seconds": {"dist": "fixed", "value": 0.1},
+        }, "small")  # fmt: skip
+        arms = ((reps.frontends["kv"], "tiny", "none"),
+                (front, reps.thunderagent_model, "session-final"))  # fmt: skip
+        for target, model, release in arms:
+            res = asyncio.run(run_bench(small, target, model=model, release=release))
+            assert res.errors == {} and len(res.records) == 12, (target, model, res.errors)
+
+        async def body(s, url, state):
+            worker = [reps.instance_ids.index(pin) for _, pin in state.targets]  # replica → k
+            before = [generate_calls(reps, worker[r]) for r in range(2)]
+            homes = {}
+            for k in range(4):
+                async with s.post(f"{url}/v1/completions",
+                                  json=completion(f"p{k}", 300, 70 + k)) as r:  # fmt: skip
+                    assert r.status == 200
+                homes[f"p{k}"] = state.sched.programs[f"p{k}"].replica
+            after = [generate_calls(reps, worker[r]) for r in range(2)]
+            served = [a - b for a, b in zip(after, before, strict=True)]
+            assert served == [sum(h == k for h in homes.values()) for k in range(2)]
+            assert set(homes.values()) == {0, 1}
+            victims = [p for p, r in homes.items() if r == 0]
+            await asyncio.to_thread(reps.kill_replica, worker[0])
+            async with s.post(f"{url}/v1/completions",
+                              json=completion(victims[0], 400, 70)) as r:  # fmt: skip
+                err = json.loads(await r.read())
+                assert r.status == 502, err
+            assert err["error"]["type"] == "backend_unavailable"
+            assert "left the frontend" in err["error"]["message"]
+            assert not state.sched.replicas[0].up
+            for pid in victims:
+                async with s.post(f"{url}/v1/completions", json=completion(pid, 500, 9)) as r:
+                    assert r.status == 200
+                assert state.sched.programs[pid].replica == 1
+
+        asyncio.run(with_proxy(listed, body))

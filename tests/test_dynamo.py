@@ -122,6 +122,51 @@ def test_a_mocker_spec_without_a_model_path_serves_the_packaged_tiny_model(tmp_p
         read_spec(tmp_path / "svc.yaml")
 
 
+def test_router_tsched_puts_the_program_aware_proxy_in_front(tmp_path) -> None:
+    from tsched.backends.dynamo import mocker_capacity, router_process
+
+    assert spec_from_dict(spec_doc()).router is None
+    assert spec_from_dict(spec_doc(router="frontend")).router is None
+    spec = spec_from_dict(spec_doc(
+        namespace="ns1", router="tsched",
+        engine_args=["--block-size", "16", "--num-gpu-blocks-override", "500"],
+    ))  # fmt: skip
+    assert spec.router.policy == "tsched" and spec.router.capacity_tokens == 8000
+    g = router_process(spec, tmp_path, 2)
+    argv = list(g.argv)
+    assert argv[1:5] == ["-m", "tsched", "agents", "serve"]
+    value = {k: argv[argv.index(k) + 1] for k in ("--dynamo-frontend", "--dynamo-namespace",
+             "--replicas", "--capacity-tokens", "--port", "--host", "--policy")}  # fmt: skip
+    assert value == {"--dynamo-frontend": "http://127.0.0.1:18000", "--dynamo-namespace": "ns1",
+                     "--replicas": "2", "--capacity-tokens": "8000", "--port": "8300",
+                     "--host": "127.0.0.1", "--policy": "tsched"}  # fmt: skip
+    assert g.checks[0]["url"] == "http://127.0.0.1:8300/health"
+    assert router_process(spec_from_dict(spec_doc()), tmp_path, 2) is None
+    # the mocker's own defaults: 16,384 blocks of 64 tokens; a mapping sets the rest
+    assert mocker_capacity([]) == 16384 * 64 and mocker_capacity(["--block-size=32"]) == 16384 * 32
+    full = spec_from_dict(spec_doc(engine="vllm", router={
+        "kind": "tsched", "policy": "thunderagent", "port": 9100, "capacity_tokens": 123456,
+        "engine_profile": "prefill-heavy", "tick": 0.5}))  # fmt: skip
+    argv = list(router_process(full, tmp_path, 2).argv)
+    assert argv[argv.index("--engine") + 1] == "prefill-heavy"
+    assert argv[argv.index("--tick") + 1] == "0.5" and "thunderagent" in argv
+    assert spec_from_dict(spec_doc(engine="vllm", router="tsched")).router.capacity_tokens is None
+
+
+def test_bad_router_settings_are_refused() -> None:
+    with pytest.raises(InputError, match=r"router\.kind.*'nginx'"):
+        spec_from_dict(spec_doc(router="nginx"))
+    with pytest.raises(InputError, match=r"router\.policy"):
+        spec_from_dict(spec_doc(router={"kind": "tsched", "policy": "fastest"}))
+    with pytest.raises(InputError, match="port apply to kind 'tsched' only"):
+        spec_from_dict(spec_doc(router={"kind": "frontend", "port": 1}))
+    with pytest.raises(InputError, match="aggregated services only"):
+        spec_from_dict(spec_doc(router="tsched", serving={
+            "prefill": {"replicas": 1, "tp": 1}, "decode": {"replicas": 1, "tp": 1}}))  # fmt: skip
+    with pytest.raises(InputError, match=r"router\.capacity_tokens"):
+        spec_from_dict(spec_doc(router={"kind": "tsched", "capacity_tokens": 0}))
+
+
 def test_the_shipped_tiny_model_is_what_the_builder_writes() -> None:
     shipped = {p.name: p.read_text() for p in tiny_model_path().glob("*.json")}
     assert shipped == tiny_model_files()
@@ -187,8 +232,9 @@ def service(ray_cluster, tmp_path):
         problem = tsched.PlacementProblem.build(cluster, service_workload(spec))
         plan = tsched.solve(problem, method="greedy", seed=0).plan()
         work = tmp_path / name
+        ports = [port] + ([spec.router.port] if spec.router is not None else [])
+        started.append((name, ports, work))
         state = up(spec, plan, workdir=work, timeout=120)
-        started.append((name, [port], work))
         return spec, plan, state, port, work
 
     yield start
@@ -227,6 +273,39 @@ def test_aggregated_service_answers_then_goes_down_cleanly(service) -> None:
     assert {r["end_reason"] for r in receipts} == {"stopped"} and len(receipts) == 3
     with pytest.raises(ExecutorError, match="no service 'agg'"):
         status("agg")
+
+
+@live
+def test_router_tsched_serves_agents_through_the_proxy_on_pinned_replicas(service) -> None:
+    import urllib.request
+
+    rport = free_port()
+    router = {"kind": "tsched", "port": rport}
+    _spec, _plan, state, _port, _work = service(
+        "routed", {"decode": {"replicas": 2, "tp": 1}}, router=router,
+        engine_args=["--speedup-ratio", "10", "--block-size", "16",
+                     "--num-gpu-blocks-override", "500"],
+    )  # fmt: skip
+    assert state["healthy"] and set(state["parts"]) == {"decode0", "decode1", "frontend", "router"}
+    base = f"http://127.0.0.1:{rport}"
+    with urllib.request.urlopen(base + "/health", timeout=10) as resp:
+        health = json.loads(resp.read())
+    assert health["status"] == "ok" and len(health["backends"]) == 2
+    assert all("#instance=" in b["url"] for b in health["backends"])
+    for turn in range(2):
+        for agent in ("a", "b", "c"):
+            req = urllib.request.Request(
+                base + "/v1/completions",
+                data=json.dumps({"model": "tiny", "prompt": f"w1 w2 w{turn}",
+                                 "max_tokens": 4}).encode(),
+                headers={"Content-Type": "application/json", "x-dynamo-session-id": agent},
+            )  # fmt: skip
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                assert json.loads(resp.read())["usage"]["completion_tokens"] == 4
+    with urllib.request.urlopen(base + "/programs", timeout=10) as resp:
+        programs = {p["program_id"]: p for p in json.loads(resp.read())["programs"]}
+    assert set(programs) == {"a", "b", "c"} and all(p["steps"] == 2 for p in programs.values())
+    assert {p["replica"] for p in programs.values()} == {0, 1}  # spread over both workers
 
 
 @live

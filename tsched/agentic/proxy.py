@@ -22,7 +22,9 @@ Endpoints:
 A replica is an OpenAI base URL, or ``URL#instance=ID``: one worker behind a Dynamo frontend
 that serves several, reached by pinning each call to it (``nvext.backend_instance_id``, which
 the frontend honours in every router mode). So one frontend over shared workers serves the
-proxy and Dynamo's own routers alike.
+proxy and Dynamo's own routers alike. :func:`dynamo_backends` lists them from the frontend's
+``/health``; a pinned worker the frontend stops listing is marked down (its programs resume on
+the others) and comes back when it is listed again, or under its new instance id after a restart.
 
 Safety: binds 127.0.0.1 unless told otherwise; an optional bearer token (every endpoint but
 ``/health``); request bodies above ``max_body_bytes`` get 413; every backend call has a connect
@@ -51,7 +53,14 @@ from tsched.agentic.core import ProgramScheduler, SchedulerConfig, Wakeups
 from tsched.agentic.engine import EngineProfile
 from tsched.errors import InputError
 
-__all__ = ["ProxySettings", "discover_capacity", "make_app", "serve", "split_backend"]
+__all__ = [
+    "ProxySettings",
+    "discover_capacity",
+    "dynamo_backends",
+    "make_app",
+    "serve",
+    "split_backend",
+]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +108,7 @@ class ProxySettings:
     probe_seconds: float = 1.0
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     profile: EngineProfile | None = None
+    dynamo_component: str = "backend"
 
     def __post_init__(self) -> None:
         if not self.backends:
@@ -185,7 +195,8 @@ class _State:
     async def _probe(self, replica: int) -> None:
         import aiohttp
 
-        url = self.targets[replica][0] + "/v1/models"
+        base, pin = self.targets[replica]
+        url = base + ("/v1/models" if pin is None else "/health")
         try:
             while not self.closing:
                 await asyncio.sleep(self.settings.probe_seconds)
@@ -193,14 +204,49 @@ class _State:
                     async with self.session.get(
                         url, timeout=aiohttp.ClientTimeout(total=self.settings.connect_timeout)
                     ) as resp:
-                        if resp.status == 200:
-                            self.wake(self.sched.set_replica_up(replica, True))
-                            log.info("backend %s is back", self.settings.backends[replica])
-                            return
+                        if resp.status != 200:
+                            continue
+                        if pin is not None and not self._repin(replica, await resp.read()):
+                            continue
+                        self.wake(self.sched.set_replica_up(replica, True))
+                        log.info("backend %s is back", self.settings.backends[replica])
+                        return
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
                     continue
         finally:
             self.probing.discard(replica)
+
+    def _repin(self, replica: int, health: bytes) -> bool:
+        """A pinned replica is back when the frontend lists its instance again, or lists a
+        worker (of component ``dynamo_component``) no other replica is pinned to: the engine
+        restarted under a new instance id."""
+        base, pin = self.targets[replica]
+        if pin in _generate_instances(health):
+            return True
+        listed = _generate_instances(health, component=self.settings.dynamo_component)
+        taken = {p for b, p in self.targets if b == base}
+        free = sorted(listed - taken)
+        if not free:
+            return False
+        self.targets[replica] = (base, free[0])
+        log.info("replica %d re-pinned from instance %s to %s", replica, pin, free[0])
+        return True
+
+    async def instance_listed(self, replica: int) -> bool:
+        """Whether the frontend still lists pinned ``replica``'s instance (True when the
+        frontend cannot tell)."""
+        import aiohttp
+
+        base, pin = self.targets[replica]
+        try:
+            async with self.session.get(
+                base + "/health", timeout=aiohttp.ClientTimeout(total=self.settings.connect_timeout)
+            ) as resp:
+                if resp.status != 200:
+                    return True
+                return pin in _generate_instances(await resp.read())
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return True
 
     async def ticker(self) -> None:
         period = self.settings.config.tick_seconds
@@ -416,6 +462,7 @@ async def _forward(
         body["nvext"] = {**(nvext if isinstance(nvext, dict) else {}), "backend_instance_id": pin}
     usage: tuple[int, int, int] | None = None
     out: Any = None
+    gone = False
     try:
         async with state.session.post(base + request.path, json=body) as resp:
             if not stream or resp.status != 200:
@@ -423,6 +470,8 @@ async def _forward(
                 if resp.status == 200:
                     with contextlib.suppress(ValueError):
                         usage = _usage(json.loads(payload))
+                elif pin is not None and not await state.instance_listed(replica):
+                    gone = True  # the frontend refuses a pin to a worker it no longer lists
                 elif resp.status >= 500:
                     state.counts["errors"] += 1
                 out = web.Response(
@@ -449,16 +498,7 @@ async def _forward(
         _ended(state, pid, None, release=not named)
         raise
     except (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError) as exc:
-        state.counts["errors"] += 1
-        _ended(state, pid, None, release=not named)
-        state.mark_down(replica)
-        return _error(
-            502,
-            f"backend {backend} failed ({exc.__class__.__name__}: {exc}); the program resumes "
-            "on another replica",
-            "backend_unavailable",
-            program_id=pid,
-        )
+        return _replica_lost(state, replica, pid, named, f"{exc.__class__.__name__}: {exc}")
     except asyncio.TimeoutError:
         state.counts["errors"] += 1
         _ended(state, pid, None, release=not named)
@@ -473,11 +513,88 @@ async def _forward(
         if out is not None and out.prepared:  # the stream broke after it started
             return out
         return _error(502, f"backend {backend} failed: {exc}", "backend_error", program_id=pid)
+    if gone:
+        return _replica_lost(state, replica, pid, named, "its worker left the frontend")
     if usage is not None:
         state.learn_ratio(body, usage[0])
     _ended(state, pid, usage, release=final or not named)
     state.counts["released"] += int(final and named)
     return out
+
+
+def _replica_lost(state: _State, replica: int, pid: str, named: bool, why: str) -> Any:
+    state.counts["errors"] += 1
+    _ended(state, pid, None, release=not named)
+    state.mark_down(replica)
+    return _error(
+        502,
+        f"backend {state.settings.backends[replica]} failed ({why}); the program resumes on "
+        "another replica",
+        "backend_unavailable",
+        program_id=pid,
+    )
+
+
+def _generate_instances(
+    health: bytes, namespace: str | None = None, component: str | None = None
+) -> set[int]:
+    """Instance ids of the serving workers a Dynamo frontend's ``/health`` lists (endpoint
+    ``generate``, not prefill workers), optionally of one namespace and component."""
+    try:
+        doc = json.loads(health)
+    except (ValueError, UnicodeDecodeError):
+        return set()
+    out = set()
+    for inst in (doc.get("instances") or []) if isinstance(doc, dict) else []:
+        if not isinstance(inst, dict) or inst.get("endpoint") != "generate":
+            continue
+        if inst.get("component") == "prefill":
+            continue
+        if namespace is not None and inst.get("namespace") != namespace:
+            continue
+        if component is not None and inst.get("component") != component:
+            continue
+        if isinstance(inst.get("instance_id"), int):
+            out.add(inst["instance_id"])
+    return out
+
+
+def dynamo_backends(
+    frontend: str,
+    *,
+    namespace: str | None = None,
+    replicas: int | None = None,
+    component: str = "backend",
+    timeout: float = 60.0,
+) -> tuple[str, ...]:
+    """One pinned backend (``URL#instance=ID``) per serving worker the Dynamo frontend at
+    ``frontend`` lists, in instance-id order; with ``replicas``, waits (up to ``timeout``) until
+    that many are listed. :class:`InputError` naming the frontend when none (or too few) are."""
+    import urllib.error
+    import urllib.request
+
+    base = split_backend(frontend)[0]
+    deadline = time.monotonic() + timeout
+    found: set[int] = set()
+    last = "no answer"
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=10) as resp:
+                body = resp.read()
+            found = _generate_instances(body, namespace, component)
+            last = f"{len(found)} serving workers listed"
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        if found and (replicas is None or len(found) >= replicas):
+            return tuple(f"{base}#instance={i}" for i in sorted(found))
+        if time.monotonic() >= deadline:
+            want = f"{replicas}" if replicas is not None else "any"
+            raise InputError(
+                f"--dynamo-frontend {base}: wanted {want} serving workers"
+                + (f" in namespace {namespace!r}" if namespace else "")
+                + f" after {timeout:g} s, found {len(found)} ({last})"
+            )
+        time.sleep(0.5)
 
 
 def _ended(state: _State, pid: str, usage: tuple[int, int, int] | None, *, release: bool) -> None:

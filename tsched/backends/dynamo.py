@@ -18,6 +18,11 @@ A **service spec** (``tsched: dynamo/v1``) names the model, the engine (``vllm``
    frontend actor; it waits until every engine is healthy and the frontend lists the model and
    answers a real completion. Any failure tears down what it started. The service outlives the
    CLI call; :func:`status` and :func:`down` find it again by name.
+4. With ``router: tsched`` (aggregated services), :func:`router_process` adds tsched's
+   program-aware proxy (:mod:`tsched.agentic.proxy`) in front: one more guarded process, owned
+   by a detached actor like the rest, started once the frontend lists every replica. It reaches
+   each replica through the frontend pinned to that worker, so agents talk to the proxy and the
+   proxy decides which replica runs each program's next call, and when.
 
 If an actor dies (``ray.kill``, a crash, its node), its guardian gets SIGHUP from the kernel or
 sees its lease expire and stops the engine: no orphan process on any path. Every guardian writes
@@ -58,6 +63,8 @@ __all__ = [
     "service_workload",
     "replicas_of",
     "dynamo_processes",
+    "router_process",
+    "RouterSpec",
     "up",
     "status",
     "down",
@@ -68,6 +75,22 @@ log = logging.getLogger(__name__)
 ENGINES = ("vllm", "sglang", "trtllm", "mocker")
 RAY_NAMESPACE = "tsched"
 _TP_FLAG = {"vllm": "--tensor-parallel-size", "sglang": "--tp", "trtllm": "--tensor-parallel-size"}
+
+
+@dataclass(frozen=True)
+class RouterSpec:
+    """``router: tsched``: the program-aware proxy in front of the frontend.
+
+    ``capacity_tokens`` is each replica's KV capacity (None: from the mocker's flags, else read
+    by the proxy from the frontend's metrics); ``engine_profile`` a preset name or file.
+    """
+
+    policy: str = "tsched"
+    host: str = "127.0.0.1"
+    port: int = 8300
+    capacity_tokens: int | None = None
+    engine_profile: str | None = None
+    tick_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +113,7 @@ class DynamoSpec:
     max_restarts: int = 3
     health_timeout: float = 120.0
     lease_timeout: float = 10.0
+    router: RouterSpec | None = None
 
     @property
     def disaggregated(self) -> bool:
@@ -108,7 +132,7 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
         "",
         required=("tsched", "name", "engine", "model", "serving"),
         optional=("tsched", "name", "engine", "model", "serving", "namespace", "frontend",
-                  "discovery", "engine_args", "env", "restart", "description"),
+                  "discovery", "engine_args", "env", "restart", "description", "router"),
     )  # fmt: skip
     if doc["tsched"] != "dynamo/v1":
         raise ck.fail("tsched", f"expected 'dynamo/v1', got {doc['tsched']!r}")
@@ -131,12 +155,18 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
     env = ck.mapping(doc.get("env", {}), "env", optional=doc.get("env") or ())
     from tsched.backends.guardian import RESTART_POLICIES
 
+    serving = _serving(ck, doc["serving"])
+    router = _router(ck, doc.get("router", "frontend"), engine, tuple(str(a) for a in args))
+    if router is not None and serving.prefill is not None:
+        raise ck.fail("router", "tsched routes aggregated services only (decode replicas, no "
+                      "prefill pool): with a prefill pool the frontend must pair each call "
+                      "with a prefill worker")  # fmt: skip
     return DynamoSpec(
         name=ck.string(doc["name"], "name"),
         engine=engine,
         model_name=ck.string(m["name"], "model.name"),
         model_path=ck.string(m["path"], "model.path") if "path" in m else str(tiny_model_path()),
-        serving=_serving(ck, doc["serving"]),
+        serving=serving,
         model=model,
         namespace=ck.string(doc.get("namespace", "dynamo"), "namespace"),
         frontend_host=ck.string(front.get("host", "127.0.0.1"), "frontend.host"),
@@ -152,7 +182,61 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
         lease_timeout=ck.number(
             restart.get("lease_timeout", 10.0), "restart.lease_timeout", positive=True
         ),  # fmt: skip
+        router=router,
     )
+
+
+ROUTER_KINDS = ("frontend", "tsched")
+
+
+def _router(ck: Any, data: Any, engine: str, engine_args: tuple[str, ...]) -> RouterSpec | None:
+    """``router``: ``frontend`` (Dynamo's own routing, the default), ``tsched``, or a mapping
+    ``{kind, policy, host, port, capacity_tokens, engine_profile, tick}``."""
+    from tsched.agentic.core import POLICIES
+
+    if isinstance(data, str):
+        data = {"kind": data}
+    r = ck.mapping(data, "router", required=("kind",),
+                   optional=("kind", "policy", "host", "port", "capacity_tokens",
+                             "engine_profile", "tick"))  # fmt: skip
+    if ck.choice(r["kind"], "router.kind", ROUTER_KINDS) == "frontend":
+        if len(r) > 1:
+            extra = sorted(k for k in r if k != "kind")
+            raise ck.fail("router", f"{', '.join(extra)} apply to kind 'tsched' only")
+        return None
+    capacity = r.get("capacity_tokens")
+    if capacity is not None:
+        capacity = ck.integer(capacity, "router.capacity_tokens", minimum=1)
+    elif engine == "mocker":
+        capacity = mocker_capacity(engine_args)
+    return RouterSpec(
+        policy=ck.choice(r.get("policy", "tsched"), "router.policy", POLICIES),
+        host=ck.string(r.get("host", "127.0.0.1"), "router.host"),
+        port=ck.integer(r.get("port", 8300), "router.port", minimum=1),
+        capacity_tokens=capacity,
+        engine_profile=ck.string(r["engine_profile"], "router.engine_profile")
+        if "engine_profile" in r
+        else None,
+        tick_seconds=ck.number(r.get("tick", 1.0), "router.tick", positive=True),
+    )
+
+
+def mocker_capacity(engine_args: Sequence[str]) -> int:
+    """KV tokens per mocker worker from its flags: ``--num-gpu-blocks-override`` (default
+    16,384) × ``--block-size`` (default 64, the mocker's vLLM default)."""
+
+    def flag(name: str, default: int) -> int:
+        for k, arg in enumerate(engine_args):
+            if arg == name and k + 1 < len(engine_args):
+                return int(engine_args[k + 1])
+            if arg.startswith(name + "="):
+                return int(arg.split("=", 1)[1])
+        return default
+
+    try:
+        return flag("--num-gpu-blocks-override", 16384) * flag("--block-size", 64)
+    except ValueError as exc:
+        raise InputError(f"engine_args: a KV size flag is not an integer ({exc})") from None
 
 
 #: The packaged tiny model's name in ``tsched/data``.
@@ -413,6 +497,41 @@ def dynamo_processes(
     return out, frontend
 
 
+def router_process(spec: DynamoSpec, workdir: str | os.PathLike[str], replicas: int) -> Any:
+    """The guarded ``tsched agents serve`` of a ``router: tsched`` service (None without one):
+    one replica per serving worker the frontend lists (``--dynamo-frontend``, this service's
+    namespace, waiting for ``replicas``); healthy once its ``/health`` says ok."""
+    from tsched.backends.guardian import GuardSpec
+
+    router = spec.router
+    if router is None:
+        return None
+    work = Path(workdir)
+    front = "127.0.0.1" if spec.frontend_host in ("0.0.0.0", "") else spec.frontend_host
+    argv = [sys.executable, "-m", "tsched", "agents", "serve",
+            "--dynamo-frontend", f"http://{front}:{spec.frontend_port}",
+            "--dynamo-namespace", spec.namespace, "--replicas", str(replicas),
+            "--policy", router.policy, "--host", router.host, "--port", str(router.port),
+            "--tick", f"{router.tick_seconds:g}", "--quiet"]  # fmt: skip
+    if router.capacity_tokens is not None:
+        argv += ["--capacity-tokens", str(router.capacity_tokens)]
+    if router.engine_profile is not None:
+        argv += ["--engine", router.engine_profile]
+    host = "127.0.0.1" if router.host in ("0.0.0.0", "") else router.host
+    return GuardSpec(
+        name=f"{spec.name}-router",
+        argv=tuple(argv),
+        env={"PYTHONUNBUFFERED": "1"},
+        checks=({"url": f"http://{host}:{router.port}/health", "contains": '"status": "ok"'},),
+        health_timeout=spec.health_timeout,
+        restart=spec.restart,
+        max_restarts=spec.max_restarts,
+        lease_timeout=spec.lease_timeout,
+        receipt=str(work / "router.receipt.json"),
+        log_file=str(work / "router.log"),
+    )
+
+
 # ---------------------------------------------------------------------------- Ray ownership
 class _Owner:
     """A detached Ray actor owning one engine: it runs the engine's guardian and beats its
@@ -523,6 +642,15 @@ def up(
         serving = sum(1 for r, _ in engines if r.role != "prefill")
         host = "127.0.0.1" if spec.frontend_host in ("0.0.0.0", "") else spec.frontend_host
         _wait_registered(f"http://{host}:{spec.frontend_port}/health", serving, limit)
+        router = router_process(spec, work, serving)
+        if router is not None:
+            actors.append(
+                owner.options(
+                    name=_actor_name(spec.name, "router"), namespace=RAY_NAMESPACE,
+                    lifetime="detached",
+                ).remote(router.to_json(), str(work))
+            )  # fmt: skip
+            _wait_healthy(ray, actors[-1:], [router.name], limit)
     except BaseException:
         _teardown(ray, actors, pg)
         raise
@@ -654,12 +782,13 @@ def status(service: str, *, address: str | None = None) -> dict[str, Any]:
 
 
 def down(service: str, *, address: str | None = None) -> list[dict[str, Any]]:
-    """Stop every part of ``service`` (frontend first), kill its actors, release its GPUs;
-    returns the guardians' receipts."""
+    """Stop every part of ``service`` (router, then frontend, first), kill its actors, release
+    its GPUs; returns the guardians' receipts."""
     ray = _connect(address)
     parts = _find(ray, service)
     pg = _find_group(_actor_name(service, "pg"))
     if not parts and pg is None:
         raise ExecutorError(f"no service {service!r} is up")
-    order = sorted(parts, key=lambda n: (n != "frontend", n))
+    first = {"router": 0, "frontend": 1}
+    order = sorted(parts, key=lambda n: (first.get(n, 2), n))
     return _teardown(ray, [parts[n] for n in reversed(order)], pg)

@@ -117,13 +117,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from tsched.agentic.core import SchedulerConfig
     from tsched.agentic.engine import load_engine_profile
-    from tsched.agentic.proxy import ProxySettings, parse_capacities, serve
+    from tsched.agentic.proxy import ProxySettings, dynamo_backends, parse_capacities, serve
     from tsched.cli._common import stderr_console
 
     console = stderr_console(args.quiet)
     policy = _policies(args.policy, "--policy")[0]
     profile = load_engine_profile(args.engine)
-    backends = tuple(args.backend)
+    if bool(args.backend) == bool(args.dynamo_frontend):
+        raise InputError("give the replicas as --backend URL (repeated) or --dynamo-frontend URL")
+    if args.replicas is not None and args.replicas < 1:
+        raise InputError(f"--replicas: expected >= 1, got {args.replicas}")
+    if args.dynamo_frontend:
+        backends = dynamo_backends(
+            args.dynamo_frontend,
+            namespace=args.dynamo_namespace,
+            replicas=args.replicas,
+            timeout=args.discovery_timeout,
+        )
+    else:
+        backends = tuple(args.backend)
     token = None
     if args.token_file:
         try:
@@ -349,9 +361,30 @@ def add_parsers(sub: Any) -> None:
         "/metrics. Binds 127.0.0.1 unless --host says otherwise.",
     )
     v.add_argument(
+        "--dynamo-frontend",
+        metavar="URL",
+        help="instead of --backend: one replica per serving worker this Dynamo frontend lists "
+        "(each reached through it, pinned)",
+    )
+    v.add_argument(
+        "--dynamo-namespace", metavar="NS", help="with --dynamo-frontend: only this namespace"
+    )
+    v.add_argument(
+        "--replicas",
+        type=int,
+        metavar="N",
+        help="with --dynamo-frontend: wait until N serving workers are listed",
+    )
+    v.add_argument(
+        "--discovery-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="with --dynamo-frontend: seconds to wait for the workers (default 60)",
+    )
+    v.add_argument(
         "--backend",
         action="append",
-        required=True,
         metavar="URL[#instance=ID]",
         help="an engine replica's OpenAI-compatible base URL, or one worker behind a Dynamo "
         "frontend that serves several (its instance id, as the frontend's /health lists it); "

@@ -44,7 +44,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     with err.status(f"starting {spec.name} ({spec.engine})…"):
         state = up(spec, plan, workdir=args.workdir or f".tsched-dynamo/{spec.name}",
                    address=args.address, timeout=args.timeout)  # fmt: skip
-    state["url"] = f"http://{spec.frontend_host}:{spec.frontend_port}"
+    state["url"] = state["frontend_url"] = f"http://{spec.frontend_host}:{spec.frontend_port}"
+    if spec.router is not None:  # agents talk to the program-aware proxy
+        state["url"] = f"http://{spec.router.host}:{spec.router.port}"
     if args.json:
         print(json.dumps(state))
     else:
