@@ -235,6 +235,43 @@ def test_capacity_holds_after_every_tick_under_random_events(policy):
     assert s.stats["pauses"] > 0 and s.stats["resumes"] > 0
 
 
+@pytest.mark.parametrize(("engine", "regime"), [("prefill-heavy", "bounded"), ("mocker", "open")])
+def test_tsched_pauses_only_where_recompute_is_predicted_to_cost_more(engine, regime):
+    """Sixteen programs growing from 2,000 to 6,800 tokens on two replicas of 30,000: about
+    twice the KV. Where a
+    recompute costs seconds (prefill-heavy) tsched goes bounded and pauses programs; where
+    decode dominates (the mocker's timing) the predicted gain of pausing is below the bar, so it
+    stays open and pauses nobody."""
+    now = [0.0]
+    s = ProgramScheduler([30_000, 30_000], "tsched", clock=lambda: now[0],
+                         profile=ENGINES[engine])  # fmt: skip
+    assert s.regime == "bounded" and s.stats["pauses"] == 0
+    context = {f"p{i}": 2000 for i in range(16)}
+    running: set[str] = set()
+    waiting: set[str] = set()
+    for _turn in range(6):
+        for pid in context:
+            if pid not in running and pid not in waiting:
+                waiting.add(pid)
+                woken = s.request(pid, context[pid])
+                running |= {p for p, _ in woken}
+                waiting -= running
+        now[0] += 0.5
+        for pid in sorted(running):
+            woken = s.response(pid, context[pid], 32, context[pid] - 800)
+            context[pid] += 800
+            running.discard(pid)
+            running |= {p for p, _ in woken}
+            waiting -= running
+        now[0] += 1.5
+        woken = s.tick()
+        running |= {p for p, _ in woken}
+        waiting -= running
+    assert s.regime == regime
+    assert (s.stats["pauses"] > 0) == (regime == "bounded")
+    assert s.check_capacity() == []
+
+
 def test_jain_index():
     assert jain_index([2, 2, 2]) == 1.0
     assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
@@ -509,6 +546,26 @@ def test_backend_pins_parse_and_a_frontend_without_workers_is_named(capsys):
     err = capsys.readouterr().err
     assert "--dynamo-frontend http://127.0.0.1:9: wanted 2 serving workers after 0.3 s" in err
     assert err.count("\n") == 1
+
+
+def test_a_pinned_replica_comes_back_under_a_restarted_workers_new_instance_id():
+    from tsched.agentic.proxy import ProxySettings, _State
+
+    state = _State(ProxySettings(("http://f:1#instance=11", "http://f:1#instance=22"),
+                                 (1000, 1000)))  # fmt: skip
+
+    def health(*instances):
+        return json.dumps({"instances": [
+            {"component": c, "endpoint": "generate", "namespace": "ns", "instance_id": i}
+            for c, i in instances]}).encode()  # fmt: skip
+
+    # still listed: back as it was; gone with no other free worker: stays down
+    assert state._repin(0, health(("backend", 11), ("backend", 22)))
+    assert not state._repin(0, health(("backend", 22), ("thunderagent_router", 99)))
+    assert state.targets[0] == ("http://f:1", 11)
+    # a new worker (the restarted engine) is taken; a router's endpoint never is
+    assert state._repin(0, health(("backend", 22), ("thunderagent_router", 99), ("backend", 33)))
+    assert state.targets == [("http://f:1", 33), ("http://f:1", 22)]
 
 
 @pytest.mark.ray
