@@ -209,12 +209,17 @@ class _State:
                         if pin is not None and not self._repin(replica, await resp.read()):
                             continue
                         self.wake(self.sched.set_replica_up(replica, True))
-                        log.info("backend %s is back", self.settings.backends[replica])
+                        log.info("backend %s is back", self.label(replica))
                         return
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
                     continue
         finally:
             self.probing.discard(replica)
+
+    def label(self, replica: int) -> str:
+        """How ``replica`` is named in messages: its URL, with its current pin."""
+        base, pin = self.targets[replica]
+        return base if pin is None else f"{base}#instance={pin}"
 
     def _repin(self, replica: int, health: bytes) -> bool:
         """A pinned replica is back when the frontend lists its instance again, or lists a
@@ -455,7 +460,7 @@ async def _forward(
     import aiohttp
     from aiohttp import web
 
-    backend = state.settings.backends[replica]
+    backend = state.label(replica)
     base, pin = state.targets[replica]
     if pin is not None:
         nvext = body.get("nvext")
@@ -528,8 +533,7 @@ def _replica_lost(state: _State, replica: int, pid: str, named: bool, why: str) 
     state.mark_down(replica)
     return _error(
         502,
-        f"backend {state.settings.backends[replica]} failed ({why}); the program resumes on "
-        "another replica",
+        f"backend {state.label(replica)} failed ({why}); the program resumes on another replica",
         "backend_unavailable",
         program_id=pid,
     )
@@ -658,9 +662,7 @@ async def _health(request: Any) -> Any:
         "status": status,
         "policy": state.settings.policy,
         "regime": state.sched.regime,
-        "backends": [
-            {"url": url, "up": ok} for url, ok in zip(state.settings.backends, up, strict=True)
-        ],
+        "backends": [{"url": state.label(i), "up": ok} for i, ok in enumerate(up)],
         "programs": len(state.sched.programs),
         "queued": len(state.sched.queue),
         "waiting_calls": sum(len(v) for v in state.waiting.values()),
