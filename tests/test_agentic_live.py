@@ -183,18 +183,24 @@ def test_clients_that_disconnect_leave_nothing_held_after_the_ttl(replicas):
     asyncio.run(with_proxy(replicas.urls, body, tick_seconds=0.2, idle_ttl=1.0))
 
 
+async def first_calls(s, url, state, prefix: str, tokens: int, seed: int) -> dict[str, int]:
+    """Four programs' first calls, answered 200; returns each program's replica."""
+    homes = {}
+    for k in range(4):
+        pid = f"{prefix}{k}"
+        async with s.post(f"{url}/v1/completions", json=completion(pid, tokens, seed + k)) as r:
+            assert r.status == 200
+        homes[pid] = state.sched.programs[pid].replica
+    return homes
+
+
 def test_a_replica_that_dies_fails_its_calls_clearly_and_its_programs_move(tmp_path):
     from tsched.agentic.live import MockerReplicas
 
     with MockerReplicas(2, CAPACITY, ENGINES["mocker"], tmp_path) as reps:
 
         async def body(s, url, state):
-            homes = {}
-            for k in range(4):
-                async with s.post(f"{url}/v1/completions",
-                                  json=completion(f"m{k}", 500, 50 + k)) as r:  # fmt: skip
-                    assert r.status == 200
-                homes[f"m{k}"] = state.sched.programs[f"m{k}"].replica
+            homes = await first_calls(s, url, state, "m", 500, 50)
             victims = [p for p, r in homes.items() if r == 0]
             assert victims
             long_call = asyncio.create_task(
@@ -335,12 +341,7 @@ def test_shared_workers_serve_dynamo_routers_its_port_and_pinned_proxy_calls(tmp
         async def body(s, url, state):
             worker = [reps.instance_ids.index(pin) for _, pin in state.targets]  # replica → k
             before = [generate_calls(reps, worker[r]) for r in range(2)]
-            homes = {}
-            for k in range(4):
-                async with s.post(f"{url}/v1/completions",
-                                  json=completion(f"p{k}", 300, 70 + k)) as r:  # fmt: skip
-                    assert r.status == 200
-                homes[f"p{k}"] = state.sched.programs[f"p{k}"].replica
+            homes = await first_calls(s, url, state, "p", 300, 70)
             after = [generate_calls(reps, worker[r]) for r in range(2)]
             served = [a - b for a, b in zip(after, before, strict=True)]
             assert served == [sum(h == k for h in homes.values()) for k in range(2)]

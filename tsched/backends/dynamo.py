@@ -427,8 +427,6 @@ def dynamo_processes(
     ``ports`` are the replicas' system (health) ports, in replica order; free ones are picked when
     omitted. Each engine gets ``CUDA_VISIBLE_DEVICES`` = its planned GPU indices.
     """
-    from tsched.backends.guardian import GuardSpec
-
     work = Path(workdir)
     base = _base_env(spec, work)
     replicas = replicas_of(plan, spec)
@@ -449,51 +447,18 @@ def dynamo_processes(
             "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS": '["generate"]',
             "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in replica.gpus),
         }
-        out.append(
-            (
-                replica,
-                GuardSpec(
-                    name=f"{spec.name}-{replica.name}",
-                    argv=tuple(argv),
-                    env=env,
-                    checks=(
-                        {"url": f"http://127.0.0.1:{port}/health", "contains": '"status":"ready"'},
-                    ),
-                    health_timeout=spec.health_timeout,
-                    restart=spec.restart,
-                    max_restarts=spec.max_restarts,
-                    lease_timeout=spec.lease_timeout,
-                    receipt=str(work / f"{replica.name}.receipt.json"),
-                    log_file=str(work / f"{replica.name}.log"),
-                ),
-            )
-        )
+        ready = {"url": f"http://127.0.0.1:{port}/health", "contains": '"status":"ready"'}
+        out.append((replica, _guarded(spec, replica.name, argv, env, (ready,), work)))
     url = f"http://{spec.frontend_host}:{spec.frontend_port}"
     completion = {"model": spec.model_name, "prompt": "hello", "max_tokens": 4}
-    frontend = GuardSpec(
-        name=f"{spec.name}-frontend",
-        argv=(
-            sys.executable,
-            "-m",
-            "dynamo.frontend",
-            "--http-host",
-            spec.frontend_host,
-            "--http-port",
-            str(spec.frontend_port),
-        ),  # fmt: skip
-        env=base,
-        checks=(
-            {"url": f"{url}/health", "contains": '"instances"'},
-            {"url": f"{url}/v1/models", "contains": f'"{spec.model_name}"'},
-            {"url": f"{url}/v1/completions", "body": completion, "contains": '"choices"'},
-        ),
-        health_timeout=spec.health_timeout,
-        restart=spec.restart,
-        max_restarts=spec.max_restarts,
-        lease_timeout=spec.lease_timeout,
-        receipt=str(work / "frontend.receipt.json"),
-        log_file=str(work / "frontend.log"),
+    argv = (sys.executable, "-m", "dynamo.frontend", "--http-host", spec.frontend_host,
+            "--http-port", str(spec.frontend_port))  # fmt: skip
+    checks = (
+        {"url": f"{url}/health", "contains": '"instances"'},
+        {"url": f"{url}/v1/models", "contains": f'"{spec.model_name}"'},
+        {"url": f"{url}/v1/completions", "body": completion, "contains": '"choices"'},
     )
+    frontend = _guarded(spec, "frontend", argv, base, checks, work)
     return out, frontend
 
 
@@ -501,7 +466,6 @@ def router_process(spec: DynamoSpec, workdir: str | os.PathLike[str], replicas: 
     """The guarded ``tsched agents serve`` of a ``router: tsched`` service (None without one):
     one replica per serving worker the frontend lists (``--dynamo-frontend``, this service's
     namespace, waiting for ``replicas``); healthy once its ``/health`` says ok."""
-    from tsched.backends.guardian import GuardSpec
 
     router = spec.router
     if router is None:
@@ -518,17 +482,33 @@ def router_process(spec: DynamoSpec, workdir: str | os.PathLike[str], replicas: 
     if router.engine_profile is not None:
         argv += ["--engine", router.engine_profile]
     host = "127.0.0.1" if router.host in ("0.0.0.0", "") else router.host
+    ok = {"url": f"http://{host}:{router.port}/health", "contains": '"status": "ok"'}
+    return _guarded(spec, "router", argv, {"PYTHONUNBUFFERED": "1"}, (ok,), work)
+
+
+def _guarded(
+    spec: DynamoSpec,
+    part: str,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    checks: tuple[Mapping[str, Any], ...],
+    work: Path,
+) -> Any:
+    """A part of the service under a guardian with the spec's restart and lease settings; its
+    receipt and log are ``PART.receipt.json`` and ``PART.log`` in ``work``."""
+    from tsched.backends.guardian import GuardSpec
+
     return GuardSpec(
-        name=f"{spec.name}-router",
+        name=f"{spec.name}-{part}",
         argv=tuple(argv),
-        env={"PYTHONUNBUFFERED": "1"},
-        checks=({"url": f"http://{host}:{router.port}/health", "contains": '"status": "ok"'},),
+        env=env,
+        checks=checks,
         health_timeout=spec.health_timeout,
         restart=spec.restart,
         max_restarts=spec.max_restarts,
         lease_timeout=spec.lease_timeout,
-        receipt=str(work / "router.receipt.json"),
-        log_file=str(work / "router.log"),
+        receipt=str(work / f"{part}.receipt.json"),
+        log_file=str(work / f"{part}.log"),
     )
 
 
@@ -632,25 +612,23 @@ def up(
                 ).remote(gspec.to_json(), str(work))
             )
         _wait_healthy(ray, actors, [g.name for _, g in engines], limit)
-        actors.append(
-            owner.options(
-                name=_actor_name(spec.name, "frontend"), namespace=RAY_NAMESPACE,
-                lifetime="detached",
-            ).remote(frontend.to_json(), str(work))
-        )  # fmt: skip
-        _wait_healthy(ray, actors[-1:], [frontend.name], limit)
+
+        def start_part(part: str, gspec: Any) -> None:  # a CPU part: frontend, router
+            actors.append(
+                owner.options(
+                    name=_actor_name(spec.name, part), namespace=RAY_NAMESPACE,
+                    lifetime="detached",
+                ).remote(gspec.to_json(), str(work))
+            )  # fmt: skip
+            _wait_healthy(ray, actors[-1:], [gspec.name], limit)
+
+        start_part("frontend", frontend)
         serving = sum(1 for r, _ in engines if r.role != "prefill")
         host = "127.0.0.1" if spec.frontend_host in ("0.0.0.0", "") else spec.frontend_host
         _wait_registered(f"http://{host}:{spec.frontend_port}/health", serving, limit)
         router = router_process(spec, work, serving)
         if router is not None:
-            actors.append(
-                owner.options(
-                    name=_actor_name(spec.name, "router"), namespace=RAY_NAMESPACE,
-                    lifetime="detached",
-                ).remote(router.to_json(), str(work))
-            )  # fmt: skip
-            _wait_healthy(ray, actors[-1:], [router.name], limit)
+            start_part("router", router)
     except BaseException:
         _teardown(ray, actors, pg)
         raise
