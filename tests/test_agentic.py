@@ -533,6 +533,21 @@ def test_cli_serve_bad_input_is_one_line_exit_2(capsys, argv, message):
     assert message in err and err.count("\n") == 1
 
 
+def test_cli_serve_on_a_taken_port_says_so_in_one_line(capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["agents", "serve", "--backend", "http://127.0.0.1:9", "--capacity-tokens",
+                "1000", "--port", str(port)]  # fmt: skip
+        assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "in use" in err
+    assert err.count("\n") == 1
+
+
 def test_backend_pins_parse_and_a_frontend_without_workers_is_named(capsys):
     from tsched.agentic.proxy import split_backend
 

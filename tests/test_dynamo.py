@@ -292,20 +292,46 @@ def test_router_tsched_serves_agents_through_the_proxy_on_pinned_replicas(servic
         health = json.loads(resp.read())
     assert health["status"] == "ok" and len(health["backends"]) == 2
     assert all("#instance=" in b["url"] for b in health["backends"])
+
+    def call(agent: str, turn: int) -> dict:
+        req = urllib.request.Request(
+            base + "/v1/completions",
+            data=json.dumps({"model": "tiny", "prompt": f"w1 w2 w{turn}",
+                             "max_tokens": 4}).encode(),
+            headers={"Content-Type": "application/json", "x-dynamo-session-id": agent},
+        )  # fmt: skip
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
     for turn in range(2):
         for agent in ("a", "b", "c"):
-            req = urllib.request.Request(
-                base + "/v1/completions",
-                data=json.dumps({"model": "tiny", "prompt": f"w1 w2 w{turn}",
-                                 "max_tokens": 4}).encode(),
-                headers={"Content-Type": "application/json", "x-dynamo-session-id": agent},
-            )  # fmt: skip
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                assert json.loads(resp.read())["usage"]["completion_tokens"] == 4
+            assert call(agent, turn)["usage"]["completion_tokens"] == 4
     with urllib.request.urlopen(base + "/programs", timeout=10) as resp:
         programs = {p["program_id"]: p for p in json.loads(resp.read())["programs"]}
     assert set(programs) == {"a", "b", "c"} and all(p["steps"] == 2 for p in programs.values())
     assert {p["replica"] for p in programs.values()} == {0, 1}  # spread over both workers
+
+    # an engine killed and restarted by its guardian comes back under a new instance id: the
+    # proxy marks its replica down once the frontend drops the old id, re-pins it to the new
+    # one, and every program is answered again
+    import signal
+
+    before = {b["url"] for b in health["backends"]}
+    os.kill(state["parts"]["decode0"]["pid"], signal.SIGKILL)
+    deadline, streak = time.monotonic() + 120, 0
+    while time.monotonic() < deadline and streak < 2:
+        answered = 0
+        for agent in ("a", "b", "c"):
+            try:
+                answered += call(agent, 9)["usage"]["completion_tokens"] == 4
+            except OSError:
+                time.sleep(0.5)
+        with urllib.request.urlopen(base + "/health", timeout=10) as resp:
+            health = json.loads(resp.read())
+        now = {b["url"] for b in health["backends"]}
+        moved = len(now & before) == 1 and health["status"] == "ok"
+        streak = streak + 1 if moved and answered == 3 else 0
+    assert streak == 2, health
 
 
 @live

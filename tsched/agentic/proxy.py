@@ -51,7 +51,7 @@ from typing import Any
 
 from tsched.agentic.core import ProgramScheduler, SchedulerConfig, Wakeups
 from tsched.agentic.engine import EngineProfile
-from tsched.errors import InputError
+from tsched.errors import ExecutorError, InputError
 
 __all__ = [
     "ProxySettings",
@@ -776,7 +776,13 @@ async def start(settings: ProxySettings) -> tuple[Any, str]:
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=30.0)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # nothing is left open: the session and the ticker go with the app
+        await runner.cleanup()
+        raise ExecutorError(
+            f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}"
+        ) from None
     port = settings.port
     if port == 0:
         port = runner.addresses[0][1]
