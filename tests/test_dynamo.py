@@ -154,6 +154,10 @@ def test_router_tsched_puts_the_program_aware_proxy_in_front(tmp_path) -> None:
 
 
 def test_bad_router_settings_are_refused() -> None:
+    from tsched.agentic.core import POLICIES
+    from tsched.backends.dynamo import ROUTER_POLICIES
+
+    assert ROUTER_POLICIES == POLICIES
     with pytest.raises(InputError, match=r"router\.kind.*'nginx'"):
         spec_from_dict(spec_doc(router="nginx"))
     with pytest.raises(InputError, match=r"router\.policy"):

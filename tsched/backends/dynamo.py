@@ -187,13 +187,14 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
 
 
 ROUTER_KINDS = ("frontend", "tsched")
+#: The proxy's policies (``tsched.agentic.core.POLICIES``, a layer above; a test keeps the two
+#: equal), named here so that a spec is checked when it is read.
+ROUTER_POLICIES = ("pass-through", "round-robin", "sticky", "thunderagent", "tsched")
 
 
 def _router(ck: Any, data: Any, engine: str, engine_args: tuple[str, ...]) -> RouterSpec | None:
     """``router``: ``frontend`` (Dynamo's own routing, the default), ``tsched``, or a mapping
     ``{kind, policy, host, port, capacity_tokens, engine_profile, tick}``."""
-    from tsched.agentic.core import POLICIES
-
     if isinstance(data, str):
         data = {"kind": data}
     r = ck.mapping(data, "router", required=("kind",),
@@ -210,7 +211,7 @@ def _router(ck: Any, data: Any, engine: str, engine_args: tuple[str, ...]) -> Ro
     elif engine == "mocker":
         capacity = mocker_capacity(engine_args)
     return RouterSpec(
-        policy=ck.choice(r.get("policy", "tsched"), "router.policy", POLICIES),
+        policy=ck.choice(r.get("policy", "tsched"), "router.policy", ROUTER_POLICIES),
         host=ck.string(r.get("host", "127.0.0.1"), "router.host"),
         port=ck.integer(r.get("port", 8300), "router.port", minimum=1),
         capacity_tokens=capacity,
