@@ -225,10 +225,12 @@ class _State:
         """A pinned replica is back when the frontend lists its instance again, or lists a
         worker (of component ``dynamo_component``) no other replica is pinned to: the engine
         restarted under a new instance id."""
+        from tsched.backends.dynamo import serving_instances
+
         base, pin = self.targets[replica]
-        if pin in _generate_instances(health):
+        if pin in serving_instances(health):
             return True
-        listed = _generate_instances(health, component=self.settings.dynamo_component)
+        listed = serving_instances(health, component=self.settings.dynamo_component)
         taken = {p for b, p in self.targets if b == base}
         free = sorted(listed - taken)
         if not free:
@@ -242,6 +244,8 @@ class _State:
         frontend cannot tell)."""
         import aiohttp
 
+        from tsched.backends.dynamo import serving_instances
+
         base, pin = self.targets[replica]
         try:
             async with self.session.get(
@@ -249,7 +253,7 @@ class _State:
             ) as resp:
                 if resp.status != 200:
                     return True
-                return pin in _generate_instances(await resp.read())
+                return pin in serving_instances(await resp.read())
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             return True
 
@@ -539,30 +543,6 @@ def _replica_lost(state: _State, replica: int, pid: str, named: bool, why: str) 
     )
 
 
-def _generate_instances(
-    health: bytes, namespace: str | None = None, component: str | None = None
-) -> set[int]:
-    """Instance ids of the serving workers a Dynamo frontend's ``/health`` lists (endpoint
-    ``generate``, not prefill workers), optionally of one namespace and component."""
-    try:
-        doc = json.loads(health)
-    except (ValueError, UnicodeDecodeError):
-        return set()
-    out = set()
-    for inst in (doc.get("instances") or []) if isinstance(doc, dict) else []:
-        if not isinstance(inst, dict) or inst.get("endpoint") != "generate":
-            continue
-        if inst.get("component") == "prefill":
-            continue
-        if namespace is not None and inst.get("namespace") != namespace:
-            continue
-        if component is not None and inst.get("component") != component:
-            continue
-        if isinstance(inst.get("instance_id"), int):
-            out.add(inst["instance_id"])
-    return out
-
-
 def dynamo_backends(
     frontend: str,
     *,
@@ -574,31 +554,18 @@ def dynamo_backends(
     """One pinned backend (``URL#instance=ID``) per serving worker the Dynamo frontend at
     ``frontend`` lists, in instance-id order; with ``replicas``, waits (up to ``timeout``) until
     that many are listed. :class:`InputError` naming the frontend when none (or too few) are."""
-    import urllib.error
-    import urllib.request
+    from tsched.backends.dynamo import wait_listed
 
     base = split_backend(frontend)[0]
-    deadline = time.monotonic() + timeout
-    found: set[int] = set()
-    last = "no answer"
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=10) as resp:
-                body = resp.read()
-            found = _generate_instances(body, namespace, component)
-            last = f"{len(found)} serving workers listed"
-        except (urllib.error.URLError, OSError) as exc:
-            last = str(exc)
-        if found and (replicas is None or len(found) >= replicas):
-            return tuple(f"{base}#instance={i}" for i in sorted(found))
-        if time.monotonic() >= deadline:
-            want = f"{replicas}" if replicas is not None else "any"
-            raise InputError(
-                f"--dynamo-frontend {base}: wanted {want} serving workers"
-                + (f" in namespace {namespace!r}" if namespace else "")
-                + f" after {timeout:g} s, found {len(found)} ({last})"
-            )
-        time.sleep(0.5)
+    found, last = wait_listed(base, replicas, timeout, namespace=namespace, component=component)
+    if not found or (replicas is not None and len(found) < replicas):
+        want = f"{replicas}" if replicas is not None else "any"
+        raise InputError(
+            f"--dynamo-frontend {base}: wanted {want} serving workers"
+            + (f" in namespace {namespace!r}" if namespace else "")
+            + f" after {timeout:g} s, found {len(found)} ({last})"
+        )
+    return tuple(f"{base}#instance={i}" for i in sorted(found))
 
 
 def _ended(state: _State, pid: str, usage: tuple[int, int, int] | None, *, release: bool) -> None:

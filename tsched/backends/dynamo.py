@@ -65,6 +65,8 @@ __all__ = [
     "dynamo_processes",
     "router_process",
     "RouterSpec",
+    "serving_instances",
+    "wait_listed",
     "up",
     "status",
     "down",
@@ -472,7 +474,7 @@ def router_process(spec: DynamoSpec, workdir: str | os.PathLike[str], replicas: 
     if router is None:
         return None
     work = Path(workdir)
-    front = "127.0.0.1" if spec.frontend_host in ("0.0.0.0", "") else spec.frontend_host
+    front = _reachable(spec.frontend_host)
     argv = [sys.executable, "-m", "tsched", "agents", "serve",
             "--dynamo-frontend", f"http://{front}:{spec.frontend_port}",
             "--dynamo-namespace", spec.namespace, "--replicas", str(replicas),
@@ -482,9 +484,14 @@ def router_process(spec: DynamoSpec, workdir: str | os.PathLike[str], replicas: 
         argv += ["--capacity-tokens", str(router.capacity_tokens)]
     if router.engine_profile is not None:
         argv += ["--engine", router.engine_profile]
-    host = "127.0.0.1" if router.host in ("0.0.0.0", "") else router.host
-    ok = {"url": f"http://{host}:{router.port}/health", "contains": '"status": "ok"'}
+    ok = {"url": f"http://{_reachable(router.host)}:{router.port}/health",
+          "contains": '"status": "ok"'}  # fmt: skip
     return _guarded(spec, "router", argv, {"PYTHONUNBUFFERED": "1"}, (ok,), work)
+
+
+def _reachable(host: str) -> str:
+    """Where this host reaches a server bound to ``host`` (a wildcard bind: loopback)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
 
 
 def _guarded(
@@ -625,8 +632,12 @@ def up(
 
         start_part("frontend", frontend)
         serving = sum(1 for r, _ in engines if r.role != "prefill")
-        host = "127.0.0.1" if spec.frontend_host in ("0.0.0.0", "") else spec.frontend_host
-        _wait_registered(f"http://{host}:{spec.frontend_port}/health", serving, limit)
+        front = f"http://{_reachable(spec.frontend_host)}:{spec.frontend_port}"
+        listed, _ = wait_listed(front, serving, limit)
+        if len(listed) < serving:
+            raise ExecutorError(
+                f"the frontend lists {len(listed)} of {serving} replicas after {limit:g} s"
+            )
         router = router_process(spec, work, serving)
         if router is not None:
             start_part("router", router)
@@ -654,30 +665,59 @@ def _wait_healthy(ray: Any, actors: list[Any], names: list[str], timeout: float)
         time.sleep(0.2)
 
 
-def _wait_registered(url: str, replicas: int, timeout: float) -> None:
-    """Wait until the frontend lists ``replicas`` distinct instances of the generate endpoint."""
+def serving_instances(
+    health: bytes | str, *, namespace: str | None = None, component: str | None = None
+) -> set[int]:
+    """Instance ids of the serving workers a Dynamo frontend's ``/health`` body lists (endpoint
+    ``generate``, prefill workers left out), optionally of one namespace and component; an
+    unreadable body lists none."""
+    try:
+        doc = json.loads(health)
+    except (ValueError, UnicodeDecodeError):
+        return set()
+    out = set()
+    for inst in (doc.get("instances") or []) if isinstance(doc, dict) else []:
+        if not isinstance(inst, dict) or inst.get("endpoint") != "generate":
+            continue
+        if inst.get("component") == "prefill" or not isinstance(inst.get("instance_id"), int):
+            continue
+        if namespace is not None and inst.get("namespace") != namespace:
+            continue
+        if component is not None and inst.get("component") != component:
+            continue
+        out.add(inst["instance_id"])
+    return out
+
+
+def wait_listed(
+    frontend: str,
+    want: int | None,
+    timeout: float,
+    *,
+    namespace: str | None = None,
+    component: str | None = None,
+) -> tuple[set[int], str]:
+    """Poll the frontend at base URL ``frontend`` until its ``/health`` lists ``want`` serving
+    workers (any, when None) or ``timeout`` seconds pass; returns the ids last listed and what
+    the last poll said (for the caller's error)."""
     import urllib.error
     import urllib.request
 
     deadline = time.monotonic() + timeout
-    seen: set[Any] = set()
-    while time.monotonic() < deadline:
+    found: set[int] = set()
+    last = "no answer"
+    while True:
         try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                health = json.loads(resp.read())
-            seen = {
-                i.get("instance_id")
-                for i in health.get("instances") or []
-                if i.get("endpoint") == "generate" and i.get("component") != "prefill"
-            }
-            if len(seen) >= replicas:
-                return
-        except (urllib.error.URLError, OSError, ValueError):
-            pass
+            with urllib.request.urlopen(frontend + "/health", timeout=10) as resp:
+                found = serving_instances(resp.read(), namespace=namespace, component=component)
+            last = f"{len(found)} serving workers listed"
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        if found and (want is None or len(found) >= want):
+            return found, last
+        if time.monotonic() >= deadline:
+            return found, last
         time.sleep(0.2)
-    raise ExecutorError(
-        f"the frontend lists {len(seen)} of {replicas} replicas after {timeout:g} s"
-    )
 
 
 def _teardown(ray: Any, actors: list[Any], pg: Any) -> list[dict[str, Any]]:
