@@ -299,15 +299,7 @@ def test_cli_bench_drives_two_arms_through_served_proxies(replicas, tmp_path, ca
 
 def generate_calls(reps, k: int) -> float:
     """Calls worker ``k`` has served on its generate endpoint (not the KV router's queries)."""
-    import urllib.request
-
-    with urllib.request.urlopen(reps.metrics_urls[k], timeout=5) as resp:
-        lines = resp.read().decode().splitlines()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in lines
-        if line.startswith("dynamo_component_requests_total{") and 'endpoint="generate"' in line
-    )
+    return reps.worker_metric(k, "dynamo_component_requests_total", 'dynamo_endpoint="generate"')
 
 
 def test_shared_workers_serve_dynamo_routers_its_port_and_pinned_proxy_calls(tmp_path):

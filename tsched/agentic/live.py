@@ -26,6 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -184,73 +185,69 @@ class MockerReplicas:
         first = next(iter(self.frontends.values()))
         self.urls = [f"{first}#instance={i}" for i in self.instance_ids]
 
-    def _check_alive(self) -> None:
-        dead = [g for g in self.guardians if g.poll() is not None]
-        if dead:
-            raise ExecutorError(
-                f"a mocker replica's guardian exited ({dead[0].returncode}); logs in {self.workdir}"
-            )
+    def _poll(self, deadline: float, probe: Callable[[], Any], failure: Callable[[], str]) -> Any:
+        """``probe()`` every 0.3 s until it returns something other than None; an
+        :class:`ExecutorError` saying ``failure()`` at ``deadline``, or at once if a guardian
+        exited."""
+        while time.monotonic() < deadline:
+            dead = [g for g in self.guardians if g.poll() is not None]
+            if dead:
+                raise ExecutorError(
+                    f"a mocker replica's guardian exited ({dead[0].returncode}); logs in "
+                    f"{self.workdir}"
+                )
+            found = probe()
+            if found is not None:
+                return found
+            time.sleep(0.3)
+        raise ExecutorError(f"{failure()} after {self.timeout:g} s; logs in {self.workdir}")
 
     def _instance_id(self, k: int, deadline: float) -> int:
         """Worker ``k``'s Dynamo instance id (the ``worker_id`` label of its metrics, hex)."""
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                with urllib.request.urlopen(self.metrics_urls[k], timeout=5) as resp:
-                    text = resp.read().decode()
-            except (urllib.error.URLError, OSError):
-                text = ""
-            for line in text.splitlines():
+
+        def probe() -> int | None:
+            for line in _get(self.metrics_urls[k]).splitlines():
                 if 'dynamo_endpoint="generate"' in line and 'worker_id="' in line:
                     return int(line.split('worker_id="', 1)[1].split('"', 1)[0], 16)
-            time.sleep(0.3)
-        raise ExecutorError(
-            f"mocker worker {k} published no instance id within {self.timeout:g} s; logs in "
-            f"{self.workdir}"
-        )
+            return None
+
+        return self._poll(deadline, probe, lambda: f"mocker worker {k} published no instance id")
 
     def _wait_instances(self, url: str, deadline: float) -> None:
         """Until the frontend at ``url`` lists every worker's generate endpoint."""
+        from tsched.backends.dynamo import serving_instances
+
         want = set(self.instance_ids)
         seen: set[int] = set()
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as resp:
-                    health = json.loads(resp.read())
-                seen = {
-                    i.get("instance_id")
-                    for i in health.get("instances", [])
-                    if i.get("component") == "backend" and i.get("endpoint") == "generate"
-                }
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
-            if want <= seen:
-                return
-            time.sleep(0.3)
-        raise ExecutorError(
-            f"frontend {url} sees {len(want & seen)} of {len(want)} workers after "
-            f"{self.timeout:g} s; logs in {self.workdir}"
+
+        def probe() -> bool | None:
+            nonlocal seen
+            seen = serving_instances(_get(url + "/health"), component="backend")
+            return True if want <= seen else None
+
+        self._poll(
+            deadline,
+            probe,
+            lambda: f"frontend {url} sees {len(want & seen)} of {len(want)} workers",
         )
 
     def _wait_ready(self, url: str, model: str, deadline: float) -> None:
         body = json.dumps({"model": model, "prompt": "w1 w2", "max_tokens": 1}).encode()
-        last = ""
-        while time.monotonic() < deadline:
-            self._check_alive()
+        last = [""]
+
+        def probe() -> bool | None:
             req = urllib.request.Request(
                 url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
             )
             try:
                 with urllib.request.urlopen(req, timeout=10) as resp:
-                    if resp.status == 200:
-                        return
+                    return True if resp.status == 200 else None
             except (urllib.error.URLError, OSError) as exc:
-                last = str(exc)
-            time.sleep(0.3)
-        raise ExecutorError(
-            f"mocker service {url} (model {model}) not serving after {self.timeout:g} s "
-            f"({last}); logs in {self.workdir}"
+                last[0] = str(exc)
+                return None
+
+        self._poll(
+            deadline, probe, lambda: f"mocker service {url} (model {model}) not serving ({last[0]})"
         )
 
     def kill_replica(self, k: int) -> None:
@@ -259,38 +256,45 @@ class MockerReplicas:
         procs = [self._workers[k]]
         if self._replica_frontends:
             procs.append(self._replica_frontends[k])
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        _terminate(procs)
 
     def stop(self) -> None:
-        for proc in self.guardians:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.guardians:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        _terminate(self.guardians)
 
-    def worker_metric(self, k: int, name: str) -> float | None:
-        """A gauge or counter from worker ``k``'s ``/metrics`` (summed over label sets)."""
-        try:
-            with urllib.request.urlopen(self.metrics_urls[k], timeout=5) as resp:
-                text = resp.read().decode()
-        except (urllib.error.URLError, OSError):
+    def worker_metric(self, k: int, name: str, where: str = "") -> float | None:
+        """A gauge or counter from worker ``k``'s ``/metrics``, summed over the label sets whose
+        line contains ``where`` (e.g. ``'dynamo_endpoint="generate"'``); None when unread."""
+        text = _get(self.metrics_urls[k])
+        if not text:
             return None
         total = None
         for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
+            if (line.startswith(name + "{") or line.startswith(name + " ")) and where in line:
                 try:
                     total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
                 except ValueError:
                     continue
         return total
+
+
+def _get(url: str) -> str:
+    """The body of a GET, or "" when the server does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return ""
+
+
+def _terminate(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each guardian still running (each stops its engine), then wait; SIGKILL any
+    that has not gone after 30 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
