@@ -103,7 +103,9 @@ class ReplicaState:
 
     capacity: int
     up: bool = True
-    programs: set[str] = field(default_factory=set)
+    # program ids bound here, in binding order (a dict as an ordered set: iterating a set of
+    # strings follows PYTHONHASHSEED, which made tie-breaks, and runs, differ between processes)
+    programs: dict[str, None] = field(default_factory=dict)
     inflight: int = 0
     pushed_tokens: float = 0.0  # uncached prompt tokens sent here (drives the LRU estimate)
 
@@ -468,7 +470,7 @@ class ProgramScheduler:
     def _bind(self, prog: Program, replica: int) -> None:
         prog.replica = replica
         prog.state = "active"
-        self.replicas[replica].programs.add(prog.id)
+        self.replicas[replica].programs[prog.id] = None
         if self.policy == "tsched":
             warm = prog.origin == replica
             self.stats["warm_resumes" if warm else "migrations"] += prog.origin is not None
@@ -476,7 +478,7 @@ class ProgramScheduler:
     def _unbind(self, prog: Program) -> None:
         if prog.replica is not None:
             rep = self.replicas[prog.replica]
-            rep.programs.discard(prog.id)
+            rep.programs.pop(prog.id, None)
             prog.origin = prog.replica
             prog.away_mark = rep.pushed_tokens
         prog.replica = None
