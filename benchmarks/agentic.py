@@ -188,7 +188,8 @@ def verdicts(rows: list[dict], levels: list[int], c2x: int) -> list[str]:
         f"- mocker at 2× KV: the simulated round-robin plateau is "
         f"{mean(mock, 'round-robin', c2x):.0f} steps/min at {c2x} programs (the issue reports "
         f"407 live at 32, one run, not measured here) and thunderagent / round-robin = "
-        f"{ta:.2f}× (the issue reports 0.92× live for Dynamo's port, not measured here)."
+        f"{ta:.2f}× (the issue reports 0.92× live for Dynamo's port; `agentic_live.md` "
+        "measures the port live on this machine)."
     )
     low = min(levels)
     r, sep = ratio_line(mock[("tsched", low)], mock[("pass-through", low)])
