@@ -42,6 +42,9 @@ BOUND_SOURCES = {
     "(from the hierarchy; no dense matrix)",
     "spectral": "the hierarchy's cuts bounded by the traffic Laplacian's eigenvalues "
     "(Donath–Hoffman), level by level",
+    "partition": "the hierarchy's cuts bounded, level by level, by the traffic that no spread of "
+    "the workers over the domains' free GPUs can keep inside them (densest-subgraph weights), "
+    "or by the eigenvalues where that is larger",
     "linear-assignment": "the exact optimum of the per-GPU costs (a linear assignment: no "
     "pairwise traffic)",
     "components": "the sum of each traffic component's own bound on all usable GPUs",

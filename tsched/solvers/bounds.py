@@ -38,6 +38,8 @@ __all__ = [
     "gilmore_lawler_bound",
     "profile_bound",
     "spectral_bound",
+    "partition_bound",
+    "densest_weights",
     "best_bound",
     "min_scalar_products",
     "linear_floor",
@@ -49,6 +51,14 @@ __all__ = [
 GL_DENSE_LIMIT = 4_000_000
 #: Largest worker count for which the spectral bound computes eigenvalues by default.
 SPECTRAL_LIMIT = 4096
+#: Largest worker count for the densest-subgraph partition bound (dense n × n traffic).
+DENSEST_MAX_WORKERS = 512
+#: Largest part searched exactly for the densest-subgraph weights (a DGX node: 8 GPUs).
+DENSEST_MAX_PART = 8
+#: Search work per part size (nodes × workers; about a second with numba) before the
+#: densest-subgraph search stops with an upper bound (a hundredth of it without numba). A work
+#: budget, not a clock: the same bound on every machine.
+DENSEST_WORK = 640_000_000
 
 
 def _nonnegative(problem: PlacementProblem) -> bool:
@@ -237,6 +247,50 @@ def _nested(cl: Any) -> bool:
     return True
 
 
+def _cut_levels(problem: PlacementProblem) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """The hierarchical cut decomposition shared by :func:`spectral_bound` and
+    :func:`partition_bound`: ``(e, sizes_by_level)`` with ``e`` the running-minimum level costs
+    (``objective ≥ e_0·W + Σ_ℓ (e_{ℓ+1} − e_ℓ)·cut_ℓ``) and, per level, the free GPUs of each
+    domain. None where the decomposition does not apply."""
+    cl = problem.cluster
+    n = problem.n_workers
+    if cl is None or n > problem.n_locations or n < 2 or not _nonnegative(problem):
+        return None
+    if not _nested(cl):
+        return None
+    nodes = cl.gpu_node[problem.locations]
+    node_free = np.bincount(nodes, minlength=cl.n_nodes)
+    intra = problem.intra_node_costs()  # cheapest intra-node distance among usable pairs
+    d0 = float(intra[0]) if len(intra) else np.inf
+    level_cost = [float(c) for c in cl.link_seconds_per_gb[cl.level_link.astype(np.int64)]]
+    if not level_cost:
+        return None  # a single node: basic_bound is exact for uniform nodes
+    seq = np.array([d0 if np.isfinite(d0) else level_cost[0], *level_cost])
+    e = np.minimum.accumulate(seq[::-1])[::-1]
+    sizes_by_level = [node_free[node_free > 0]]
+    for k in range(len(cl.levels) - 1):
+        sizes_by_level.append(np.bincount(cl.node_group[:, k], weights=node_free))
+    return e, sizes_by_level
+
+
+def _spectral_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray]) -> list[float]:
+    """Donath–Hoffman lower bound on each level's cut, or [] without eigenvalues."""
+    n = problem.n_workers
+    eigenvalues = problem._cache.get("given_eigenvalues")
+    if eigenvalues is None:
+        eigenvalues = product_eigenvalues(problem)
+    if eigenvalues is None:
+        if n > SPECTRAL_LIMIT:
+            return []
+        count = max(_parts_needed(s, n) for s in sizes_by_level)
+        eigenvalues = _laplacian_eigenvalues(problem, count)
+    out = []
+    for sizes in sizes_by_level:
+        fill = _greedy_fill(sizes, n)
+        out.append(0.5 * float(np.dot(fill, eigenvalues[: len(fill)])))
+    return out
+
+
 def spectral_bound(
     problem: PlacementProblem, eigenvalues: np.ndarray | None = None
 ) -> float | None:
@@ -251,41 +305,147 @@ def spectral_bound(
     feasible partitions. Requires a nested hierarchy; None otherwise or for more than
     :data:`SPECTRAL_LIMIT` workers (unless ``eigenvalues`` are given).
     """
-    cl = problem.cluster
+    levels = _cut_levels(problem)
+    if levels is None:
+        return None
+    e, sizes_by_level = levels
+    if eigenvalues is not None:
+        problem._cache["given_eigenvalues"] = eigenvalues
+    try:
+        cuts = _spectral_cuts(problem, sizes_by_level)
+    finally:
+        problem._cache.pop("given_eigenvalues", None)
+    if not cuts:
+        return None
+    bound = e[0] * float(problem.gb.sum())
+    for k, cut in enumerate(cuts):
+        bound += max(e[k + 1] - e[k], 0.0) * cut
+    return bound + linear_floor(problem)
+
+
+def densest_weights(problem: PlacementProblem, kmax: int) -> np.ndarray:
+    """``D[s]`` for s = 0 … ``kmax``: an upper bound on the traffic inside any ``s`` workers
+    (the densest-``s``-subgraph weight of the symmetrised traffic), exact where the search
+    finishes within its budget (cached; recomputed when a larger ``kmax`` is asked).
+
+    Exact values come from a branch and bound over worker subsets in increasing order, workers
+    sorted by weighted degree, from a greedy incumbent (:mod:`tsched.solvers._densest_kernel`).
+    At a node with chosen set S (weight w) and r workers still to choose, no completion beats
+
+    * ``w + top_r(gain_u + ½·top_{r−1}(row_u))``: each added worker u brings its traffic to S
+      (gain_u) and at most half of its r − 1 heaviest pairs to the other added ones; nor
+    * ``w + top_r(gain_u) + D[r]``: the added workers' own inside weight is at most ``D[r]``
+      (known already, r < s).
+
+    Where the search exhausts its budget (:data:`DENSEST_WORK`), ``D[s]`` is an upper bound
+    instead: the largest bound among the subsets not yet searched, or
+    ``min(s/(s−2)·D[s−1], D[s−1] + max_u top_{s−1}(row_u))`` if smaller (the densest s-set less
+    one worker weighs at most ``D[s−1]``; over its s workers each pair is kept s − 2 times).
+    Upper bounds on D keep every bound built from them valid.
+    """
+    from tsched.solvers import _densest_kernel as kernel
+
+    cached = problem._cache.get("densest_weights")
+    if cached is not None and len(cached) > kmax:
+        return cached
+    a = problem.flow_symmetric().toarray().astype(np.float64)
+    n = a.shape[0]
+    order = np.argsort(-a.sum(axis=1), kind="stable")
+    a = np.ascontiguousarray(a[np.ix_(order, order)])
+    rows = -np.sort(-a, axis=1)
+    top = np.concatenate([np.zeros((n, 1)), np.cumsum(rows, axis=1)], axis=1)  # top[u, t]
+    visits = max(1000, DENSEST_WORK // n // (1 if kernel.HAVE_NUMBA else 100))
+    weights = [0.0, 0.0]
+    for size in range(2, min(kmax, n) + 1):
+        fallback = weights[-1] + float(top[:, size - 1].max())
+        if size > 2:
+            fallback = min(fallback, size / (size - 2) * weights[-1])
+        value, _finished = kernel.search(
+            a, top, size, np.array(weights), _greedy_densest(a, size), visits
+        )
+        weights.append(min(float(value), fallback))
+    out = np.array(weights + [weights[-1]] * max(0, kmax + 1 - len(weights)))
+    problem._cache["densest_weights"] = out
+    return out
+
+
+def _greedy_densest(a: np.ndarray, size: int) -> float:
+    """The best of n greedy ``size``-sets (one grown from each worker by largest gain)."""
+    best = 0.0
+    for v in range(a.shape[0]):
+        chosen = [v]
+        gain = a[v].copy()
+        value = 0.0
+        for _ in range(size - 1):
+            masked = gain.copy()
+            masked[chosen] = -np.inf
+            u = int(np.argmax(masked))
+            value += gain[u]
+            chosen.append(u)
+            gain += a[u]
+        best = max(best, value)
+    return best
+
+
+def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
+    """Most traffic that can stay inside domains of the given free capacities when ``n`` workers
+    are spread over them: ``max Σ_d D[s_d]`` with ``Σ s_d = n`` and ``s_d ≤ cap_d`` (a knapsack
+    over the domains). Sizes beyond ``len(weights) − 1`` use the density bound
+    ``D[s] ≤ D[k]·s(s−1)/(k(k−1))`` (a pair's share of the densest set never grows with s)."""
+    k = len(weights) - 1
+    caps = np.minimum(np.asarray(capacities, dtype=np.int64), n)
+    span = int(caps.max()) if len(caps) else 0
+    sizes = np.arange(span + 1)
+    d = np.empty(span + 1)
+    d[: min(k, span) + 1] = weights[: min(k, span) + 1]
+    if span > k:
+        big = sizes[k + 1 :]
+        d[k + 1 :] = weights[k] * big * (big - 1) / max(k * (k - 1), 1)
+    best = np.full(n + 1, -np.inf)
+    best[0] = 0.0
+    for cap in caps:
+        nxt = best.copy()
+        for s in range(1, int(cap) + 1):
+            cand = best[: n + 1 - s] + d[s]
+            np.maximum(nxt[s:], cand, out=nxt[s:])
+        best = nxt
+    return float(best[n])
+
+
+def partition_bound(problem: PlacementProblem) -> float | None:
+    """The hierarchical cut bound of :func:`spectral_bound` with a second bound on each cut:
+    ``cut_ℓ ≥ W − max Σ_d D[s_d]``, the traffic that cannot stay inside level-ℓ domains however
+    the workers are spread over them (:func:`densest_weights`, :func:`_kept_upper`). Each level
+    keeps the larger of this and the eigenvalue bound.
+
+    Exact where the parts of an optimal plan are densest subgraphs, which is the case for the
+    symmetric groups of parallel layouts: an MoE job's TP pairs, expert all-to-all cliques and
+    data-parallel rings tile into equal dense blocks that the eigenvalue bound cannot see. Up to
+    :data:`DENSEST_MAX_WORKERS` workers, with the densest weights searched exactly up to
+    :data:`DENSEST_MAX_PART` workers (larger domains use the density bound).
+    """
     n = problem.n_workers
-    if cl is None or n > problem.n_locations or n < 2 or not _nonnegative(problem):
+    if n > DENSEST_MAX_WORKERS:
         return None
-    if not _nested(cl):
+    levels = _cut_levels(problem)
+    if levels is None:
         return None
-    locs = problem.locations
-    nodes = cl.gpu_node[locs]
-    node_free = np.bincount(nodes, minlength=cl.n_nodes)
-    intra = problem.intra_node_costs()  # cheapest intra-node distance among usable pairs
-    d0 = float(intra[0]) if len(intra) else np.inf
-    level_cost = [float(c) for c in cl.link_seconds_per_gb[cl.level_link.astype(np.int64)]]
-    if not level_cost:
-        return None  # a single node: basic_bound is exact for uniform nodes
-    seq = np.array([d0 if np.isfinite(d0) else level_cost[0], *level_cost])
-    e = np.minimum.accumulate(seq[::-1])[::-1]
+    e, sizes_by_level = levels
+    spectral = _spectral_cuts(problem, sizes_by_level)
     total = float(problem.gb.sum())
+    steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
+    part = max(
+        (int(min(s.max(), n)) for s, step in zip(sizes_by_level, steps) if step > 0), default=0
+    )
+    weights = densest_weights(problem, min(part, DENSEST_MAX_PART))
     bound = e[0] * total
-    sizes_by_level = [node_free[node_free > 0]]
-    for k in range(len(cl.levels) - 1):
-        sizes_by_level.append(np.bincount(cl.node_group[:, k], weights=node_free))
-    if eigenvalues is None:
-        eigenvalues = product_eigenvalues(problem)
-        if eigenvalues is None:
-            if n > SPECTRAL_LIMIT:
-                return None
-            count = max(_parts_needed(s, n) for s in sizes_by_level)
-            eigenvalues = _laplacian_eigenvalues(problem, count)
     for k, sizes in enumerate(sizes_by_level):
-        step = e[k + 1] - e[k]
-        if step <= 0:
+        if steps[k] <= 0:
             continue
-        fill = _greedy_fill(sizes, n)
-        lam = eigenvalues[: len(fill)]
-        bound += step * 0.5 * float(np.dot(fill, lam))
+        cut = max(total - _kept_upper(weights, sizes, n), 0.0)
+        if spectral:
+            cut = max(cut, spectral[k])
+        bound += steps[k] * cut
     return bound + linear_floor(problem)
 
 
@@ -404,6 +564,8 @@ def _stages(problem: PlacementProblem) -> list[tuple[str, Any]]:
         stages.append(("gilmore-lawler", gilmore_lawler_bound))
     if problem.cluster is not None:
         stages.append(("spectral", spectral_bound))
+        if problem.n_workers <= DENSEST_MAX_WORKERS:
+            stages.append(("partition", partition_bound))
     return stages
 
 

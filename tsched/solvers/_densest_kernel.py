@@ -1,0 +1,117 @@
+"""Compiled kernel of the densest-subgraph search behind the partition bound
+(:func:`tsched.solvers.bounds.partition_bound`; numba when installed, plain Python otherwise).
+
+``search`` finds the largest total weight of ``size`` vertices of a dense symmetric weight
+matrix ``a`` (zero diagonal, non-negative, vertices sorted by weighted degree), depth first over
+subsets in increasing vertex order, from an incumbent. ``top[u, t]`` is the sum of the ``t``
+heaviest weights in row ``u``; ``known[r]`` an upper bound on the densest ``r``-subset for
+``r < size``. At a node with chosen weight ``w`` and ``r`` vertices still to choose from
+``start`` on, no completion beats ``w + top_r(gain_u + ½·top[u, r−1])`` nor
+``w + top_r(gain_u) + known[r]`` (see the caller's docstring). The search stops after
+``max_visits`` nodes; it then returns an upper bound instead of the optimum: the larger of the
+incumbent and, at every depth of the current path, the node's bound over the siblings not yet
+searched (candidates from ``cur[d]`` on). The visit budget, not a clock, makes the result the
+same on every machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tsched.solvers._bnb_kernel import HAVE_NUMBA, njit
+
+__all__ = ["HAVE_NUMBA", "search"]
+
+
+@njit(cache=True)
+def _top_sum(values, start, r):  # pragma: no cover - compiled
+    """Sum of the ``r`` largest of ``values[start:]`` (r small)."""
+    best = np.full(r, -np.inf)
+    for u in range(start, values.shape[0]):
+        v = values[u]
+        if v > best[r - 1]:
+            k = r - 1
+            while k > 0 and best[k - 1] < v:
+                best[k] = best[k - 1]
+                k -= 1
+            best[k] = v
+    total = 0.0
+    for k in range(r):
+        total += best[k]
+    return total
+
+
+@njit(cache=True)
+def _node_bound(gain_row, value, s, r, top, known, pick, use_known):  # pragma: no cover
+    """Bound on completing a set of weight ``value`` with ``r`` vertices from ``s`` on."""
+    n = gain_row.shape[0]
+    if n - s < r:
+        return -np.inf
+    for u in range(s, n):
+        pick[u] = gain_row[u] + 0.5 * top[u, r - 1]
+    bound = value + _top_sum(pick, s, r)
+    if use_known:
+        alt = value + _top_sum(gain_row, s, r) + known[r]
+        if alt < bound:
+            bound = alt
+    return bound
+
+
+@njit(cache=True)
+def _open_bound(gain, value, cur, depth, size, top, known, pick, best):  # pragma: no cover
+    """Upper bound on every subset not yet searched when the search stops at ``depth``: the
+    siblings still open at each depth of the current path."""
+    out = best
+    for d in range(depth):  # depth itself is being entered: its parent's siblings cover it
+        r = size - d
+        b = _node_bound(gain[d], value[d], cur[d] - 1, r, top, known, pick, d > 0)
+        if b > out:
+            out = b
+    return out
+
+
+@njit(cache=True)
+def search(a, top, size, known, incumbent, max_visits):  # pragma: no cover - compiled
+    """``(value, finished)`` for subsets of ``size`` vertices: the optimum when ``finished``,
+    else an upper bound on it."""
+    n = a.shape[0]
+    best = incumbent
+    gain = np.zeros((size + 1, n))
+    value = np.zeros(size + 1)
+    start = np.zeros(size + 1, dtype=np.int64)
+    cur = np.zeros(size + 1, dtype=np.int64)
+    pick = np.empty(n)
+    visits = 0
+    depth = 0
+    entering = True
+    while depth >= 0:
+        if entering:
+            entering = False
+            visits += 1
+            if visits > max_visits:
+                return _open_bound(gain, value, cur, depth, size, top, known, pick, best), False
+            r = size - depth
+            if r == 0:
+                if value[depth] > best:
+                    best = value[depth]
+                depth -= 1
+                continue
+            s = start[depth]
+            bound = _node_bound(gain[depth], value[depth], s, r, top, known, pick, depth > 0)
+            if bound <= best * (1.0 + 1e-12):
+                depth -= 1
+                continue
+            cur[depth] = s
+        r = size - depth
+        u = cur[depth]
+        if u > n - r:
+            depth -= 1
+            continue
+        cur[depth] = u + 1
+        value[depth + 1] = value[depth] + gain[depth, u]
+        for q in range(u + 1, n):
+            gain[depth + 1, q] = gain[depth, q] + a[u, q]
+        start[depth + 1] = u + 1
+        depth += 1
+        entering = True
+    return best, True
