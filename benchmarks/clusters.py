@@ -13,9 +13,17 @@ padded with zero rows to the free GPUs; only up to 1,024 free GPUs, as it needs 
 matrices). The bound is tsched's best lower bound for the instance; ``vs best`` compares with
 the best plan any method found. ``hierarchical/grow`` and ``hierarchical/metis`` run the
 decomposition with one partitioner each (``hierarchical`` keeps the better): the evaluation of
-METIS against tsched's own graph growing.
+METIS against tsched's own graph growing. Where ``scotch_gmap`` is installed, Scotch's static
+mapping is a column too (:mod:`benchmarks._scotch`: whole uniform trees as ``tleaf`` targets,
+busy GPUs as isolated vertices fixed on them; a mapping that is not a placement is reported as
+such), timed over the mapping run only.
 
     python -m benchmarks.clusters [--quick]
+    python -m benchmarks.clusters --settle SECONDS
+
+``--settle`` answers, for every instance of up to 256 GPUs, whether a remaining gap is the
+plan's or the bound's: ``auto`` at its default budget, then CP-SAT's worker → node model from
+auto's plan for as long as it is given (``benchmarks/results/clusters-settle.md``).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any
 import numpy as np
 
 import tsched
+from benchmarks import _scotch as scotch
 from benchmarks._common import machine, markdown_table, write_result
 from tsched.cluster import Cluster
 from tsched.formats.cluster_yaml import cluster_from_dict
@@ -60,6 +69,7 @@ SUMMARY = [
     "greedy",
     "kai-tas",
     "FAQ x10",
+    "Scotch",
 ]
 
 
@@ -186,6 +196,7 @@ def run_case(
     if problem.n_locations <= FAQ_MAX_LOCATIONS:
         methods["FAQ x10"] = lambda: tsched.solve(problem, method="faq", seed=0)
     rows = {}
+    notes: dict[str, str] = {}
     for name, fn in methods.items():
         start = time.perf_counter()
         out = fn()
@@ -195,11 +206,17 @@ def run_case(
             rows[name] = (np.inf, seconds)
             continue
         rows[name] = (objective(problem, assignment), seconds)
+    if scotch.available():
+        assignment, seconds, note = scotch.scotch_map(problem)
+        rows["Scotch"] = (np.inf if assignment is None else objective(problem, assignment),
+                          seconds)  # fmt: skip
+        if assignment is None:
+            notes["Scotch"] = note
     best = min(v for v, _ in rows.values())
     table = []
     for name, (value, seconds) in rows.items():
         if not np.isfinite(value):
-            table.append([name, "no plan", "", "n/a", f"{seconds:.2f}"])
+            table.append([name, notes.get(name, "no plan"), "", "n/a", f"{seconds:.2f}"])
             continue
         gap = (value - bound) / value if bound is not None and value > 0 else float("nan")
         table.append(
@@ -219,11 +236,77 @@ def run_case(
     return head, table
 
 
+SETTLE_MAX_GPUS = 256
+
+
+def settle(seconds: float) -> int:
+    """Exact runs on the instances of up to :data:`SETTLE_MAX_GPUS` GPUs (module docstring)."""
+    rows = []
+    for label, cluster, workload in instances(quick=True):
+        if cluster.n_gpus > SETTLE_MAX_GPUS:
+            continue
+        problem = PlacementProblem.build(cluster, workload)
+        start = time.perf_counter()
+        auto = tsched.solve(problem, method="auto", seed=0)
+        auto_s = time.perf_counter() - start
+        best, bound, how, exact_s = auto.objective, auto.bound, "auto", 0.0
+        if auto.status != "optimal":
+            start = time.perf_counter()
+            exact = tsched.solve(
+                problem, method="cpsat", seed=0, time_limit=seconds,
+                options={"hint": auto.assignment, "model": "hierarchical"},
+            )  # fmt: skip
+            exact_s = time.perf_counter() - start
+            best = min(best, exact.objective)
+            bound = max(bound or 0.0, exact.bound or 0.0)
+            how = "cpsat"
+        proved = bound is not None and bound >= best * (1 - 1e-9)
+        plan_share = 100 * (auto.objective - best) / auto.objective
+        bound_share = 100 * (best - (auto.bound or 0.0)) / best
+        rows.append(
+            [
+                f"{workload.name} on {cluster.name} ({label})",
+                f"{auto.objective:.3f}",
+                f"{100 * (auto.gap or 0):.2f}",
+                f"{auto_s:.1f}",
+                f"{best:.3f}" + ("" if proved else f" (bound {bound:.3f})"),
+                "yes" if proved else "no",
+                how,
+                f"{exact_s:.0f}",
+                f"{plan_share:.2f}" if proved else f"≥ {plan_share:.2f}",
+                f"{bound_share:.2f}" if proved else f"≤ {bound_share:.2f}",
+            ]
+        )
+        print(" | ".join(rows[-1]), flush=True)
+    header = ["instance", "auto objective", "auto gap %", "auto s", "optimum", "proved?",
+              "exact method", "exact s", "plan's share %", "bound's share %"]  # fmt: skip
+    text = "\n".join(
+        [
+            "# Hierarchical GPU clusters: whose is the gap?\n",
+            f"Machine: {machine()}\n",
+            f"Command: `python -m benchmarks.clusters --settle {seconds:g}`\n",
+            "For every instance of up to 256 GPUs: `auto` at its default budget, then, where "
+            "it is not proved, CP-SAT's worker → node model started from auto's plan with "
+            f"{seconds:g} s. The plan's share is how far auto's plan is above the best plan "
+            "known; the bound's share how far auto's bound is below it. Where CP-SAT does not "
+            "prove its plan either, the optimum lies between the bound shown and that plan.\n",
+            markdown_table(header, rows) + "\n",
+        ]
+    )
+    write_result("clusters-settle", text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the instances up to 288 GPUs")
     parser.add_argument("--time-limit", type=float, default=None, help="for auto and tabu")
+    parser.add_argument(
+        "--settle", type=float, metavar="SECONDS", help="exact runs on the ≤ 256-GPU instances"
+    )
     args = parser.parse_args(argv)
+    if args.settle:
+        return settle(args.settle)
     limit = args.time_limit or (2.0 if args.quick else 10.0)
     name = "clusters-quick" if args.quick else "clusters"
     lines = [
@@ -256,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 ours["greedy"][3],
                 ours["kai-tas"][3],
                 ours.get("FAQ x10", ["", "", "", "n/a"])[3],
+                ours.get("Scotch", ["", "", "", "n/a"])[3],
             ]
         )
     lines.insert(

@@ -5,7 +5,8 @@ quarter of its GPUs (TP8 × PP8 × DP, 256 → 4,096 workers), whole and fragmen
 nodes half busy, a sixth fully busy). Every row is one fresh problem, so the seconds include the
 lower bound (``auto`` computes it; it is most of the time at 4,096 workers) and every cache
 warm-up. Target: ``auto`` within 60 s for 4,096 workers on 16,384 GPUs on 2 cores, within 5 %
-of the bound.
+of the bound. Where ``scotch_gmap`` is installed, Scotch's static mapping of the same problem is
+a column too (:mod:`benchmarks._scotch`; mapping run only, no bound).
 
     python -m benchmarks.scaling [--quick]
 """
@@ -18,10 +19,11 @@ import time
 import numpy as np
 
 import tsched
+from benchmarks import _scotch as scotch
 from benchmarks._common import machine, markdown_table, write_result
 from benchmarks.clusters import fabric, job
 from tsched.cluster import Cluster
-from tsched.problem import PlacementProblem
+from tsched.problem import PlacementProblem, objective
 
 
 def scatter(cluster: Cluster, seed: int = 0) -> Cluster:
@@ -58,11 +60,18 @@ def main(argv: list[str] | None = None) -> int:
                 seconds = time.perf_counter() - start
                 gap = "" if result.gap is None else f"{100 * result.gap:.2f}"
                 cells += [f"{seconds:.2f}", f"{result.objective:.2f}", gap]
+            if scotch.available():
+                problem = PlacementProblem.build(cluster, workload)
+                assignment, seconds, note = scotch.scotch_map(problem)
+                value = note if assignment is None else f"{objective(problem, assignment):.2f}"
+                cells += [f"{seconds:.2f}", value]
             rows.append(cells)
             print(" | ".join(cells), flush=True)
     header = ["GPUs", "cluster", "workers"]
     for method in ("auto", "hierarchical"):
         header += [f"{method} s", f"{method} objective", f"{method} gap %"]
+    if scotch.available():
+        header += ["Scotch s", "Scotch objective"]
     text = "\n".join(
         [
             "# Scaling curve\n",

@@ -236,3 +236,35 @@ def test_partition_bound_proves_an_moe_plan_the_eigenvalues_leave_open() -> None
     assert partition == pytest.approx(plan.objective, rel=1e-9)
     assert spectral < 0.95 * partition
     assert tsched.solve(problem, method="auto", seed=0, time_limit=5).status == "optimal"
+
+
+@given(st.integers(0, 2**31), st.integers(3, 7))
+@settings(max_examples=30, deadline=None)
+def test_level_cut_cpsat_bounds_the_least_cut_over_capacities(seed, n) -> None:
+    """CP-SAT's cut bound never exceeds the least cut found by enumerating every spread of the
+    workers over the domains, and a partition it calls optimal cuts exactly that much."""
+    import itertools
+
+    from tsched.solvers.bounds import level_cut_cpsat
+
+    rng = np.random.default_rng(seed)
+    f = rng.random((n, n)) * (rng.random((n, n)) < 0.6)
+    np.fill_diagonal(f, 0)
+    problem = PlacementProblem.from_qap(f, np.ones((n, n)) - np.eye(n))
+    caps = rng.integers(1, n, size=int(rng.integers(2, 4)))
+    if caps.sum() < n:
+        caps[0] += n - caps.sum()
+    a = problem.flow_symmetric().toarray()
+    order = sorted(caps.tolist(), reverse=True)
+    best = np.inf
+    for spread in itertools.product(range(len(order)), repeat=n):
+        counts = np.bincount(spread, minlength=len(order))
+        if np.any(counts > order):
+            continue
+        s = np.array(spread)
+        best = min(best, float(a[s[:, None] != s[None, :]].sum()) / 2)
+    lower, part = level_cut_cpsat(problem, caps)
+    assert lower <= best + 1e-9
+    if part is not None:
+        assert np.all(np.bincount(part, minlength=len(order)) <= order)
+        assert float(a[part[:, None] != part[None, :]].sum()) / 2 == pytest.approx(best, rel=1e-5)

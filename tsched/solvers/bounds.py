@@ -40,6 +40,7 @@ __all__ = [
     "spectral_bound",
     "partition_bound",
     "densest_weights",
+    "level_cut_cpsat",
     "best_bound",
     "min_scalar_products",
     "linear_floor",
@@ -55,6 +56,12 @@ SPECTRAL_LIMIT = 4096
 DENSEST_MAX_WORKERS = 512
 #: Largest part searched exactly for the densest-subgraph weights (a DGX node: 8 GPUs).
 DENSEST_MAX_PART = 8
+#: Levels with at most this many domains get their cut bounded by CP-SAT as well.
+CUT_CPSAT_MAX_DOMAINS = 8
+#: ... for jobs of at most this many workers,
+CUT_CPSAT_MAX_WORKERS = 256
+#: ... within this deterministic time (CP-SAT's unit; 2-5 s of wall time here).
+CUT_CPSAT_LIMIT = 2.0
 #: Search work per part size (nodes × workers; about a second with numba) before the
 #: densest-subgraph search stops with an upper bound (a hundredth of it without numba). A work
 #: budget, not a clock: the same bound on every machine.
@@ -412,6 +419,60 @@ def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
     return float(best[n])
 
 
+def level_cut_cpsat(
+    problem: PlacementProblem, capacities: np.ndarray, limit: float = CUT_CPSAT_LIMIT
+) -> tuple[float, np.ndarray | None]:
+    """``(lower bound, partition)`` for the least traffic cut when the workers are spread over
+    domains of the given free capacities, from CP-SAT. The model: x[i, d] (worker i in domain
+    d); a pair stays inside only if both are in one domain; of domains with equal capacity,
+    worker 0 may only take the first, as any plan can be relabelled so. The bound is CP-SAT's
+    proved one, valid whether or not it finished within the deterministic ``limit``; the
+    partition (domain per worker, domains in the order of ``capacities`` sorted descending) is
+    returned when it is proved optimal, else None. Weights are rounded down to integers on a
+    10⁶ scale, which keeps the bound below the true cut."""
+    from ortools.sat.python import cp_model
+
+    sym = problem.flow_symmetric().tocoo()
+    keep = sym.row < sym.col
+    rows, cols, data = sym.row[keep], sym.col[keep], sym.data[keep]
+    n = problem.n_workers
+    caps = sorted((int(c) for c in capacities if c > 0), reverse=True)
+    if not len(data):
+        return 0.0, None
+    scale = 1e6 / float(data.max())
+    weights = np.floor(data * scale).astype(np.int64)
+    m = cp_model.CpModel()
+    x = [[m.NewBoolVar("") for _ in caps] for _ in range(n)]
+    for i in range(n):
+        m.AddExactlyOne(x[i])
+    for d, cap in enumerate(caps):
+        m.Add(sum(x[i][d] for i in range(n)) <= cap)
+    for d in range(1, len(caps)):  # domains of one capacity are interchangeable: worker 0
+        if caps[d] == caps[d - 1]:  # goes to the first of its class (relabel any plan so)
+            m.Add(x[0][d] == 0)
+    kept = []
+    for i, j, w in zip(rows, cols, weights, strict=True):
+        same = m.NewBoolVar("")
+        for d in range(len(caps)):
+            m.Add(same <= 1 + x[i][d] - x[j][d])
+        kept.append((int(w), same))
+    m.Maximize(sum(w * v for w, v in kept))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 2
+    solver.parameters.random_seed = 0
+    solver.parameters.interleave_search = True  # reproducible under a deterministic limit
+    solver.parameters.max_deterministic_time = float(limit)
+    status = solver.Solve(m)
+    total = int(weights.sum())
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return 0.0, None
+    lower = max(total - solver.BestObjectiveBound(), 0.0) / scale
+    if status != cp_model.OPTIMAL:
+        return lower, None
+    part = np.array([next(d for d, v in enumerate(row) if solver.BooleanValue(v)) for row in x])
+    return lower, part
+
+
 def partition_bound(problem: PlacementProblem) -> float | None:
     """The hierarchical cut bound of :func:`spectral_bound` with a second bound on each cut:
     ``cut_ℓ ≥ W − max Σ_d D[s_d]``, the traffic that cannot stay inside level-ℓ domains however
@@ -422,7 +483,9 @@ def partition_bound(problem: PlacementProblem) -> float | None:
     symmetric groups of parallel layouts: an MoE job's TP pairs, expert all-to-all cliques and
     data-parallel rings tile into equal dense blocks that the eigenvalue bound cannot see. Up to
     :data:`DENSEST_MAX_WORKERS` workers, with the densest weights searched exactly up to
-    :data:`DENSEST_MAX_PART` workers (larger domains use the density bound).
+    :data:`DENSEST_MAX_PART` workers (larger domains use the density bound). A level of few
+    large domains (the spine groups or NVL72 racks a job must span) gets a third bound on its
+    cut: CP-SAT's proved bound on the least cut over those capacities (:func:`level_cut_cpsat`).
     """
     n = problem.n_workers
     if n > DENSEST_MAX_WORKERS:
@@ -445,8 +508,17 @@ def partition_bound(problem: PlacementProblem) -> float | None:
         cut = max(total - _kept_upper(weights, sizes, n), 0.0)
         if spectral:
             cut = max(cut, spectral[k])
+        if _few_domains(sizes, n) and n <= CUT_CPSAT_MAX_WORKERS:
+            cut = max(cut, level_cut_cpsat(problem, sizes)[0])
         bound += steps[k] * cut
     return bound + linear_floor(problem)
+
+
+def _few_domains(sizes: np.ndarray, n: int) -> bool:
+    """Whether a level has at most :data:`CUT_CPSAT_MAX_DOMAINS` domains with free GPUs and
+    parts larger than the densest search reaches (where that bound is weak)."""
+    live = np.asarray(sizes)[np.asarray(sizes) > 0]
+    return 1 < len(live) <= CUT_CPSAT_MAX_DOMAINS and live.max() > DENSEST_MAX_PART
 
 
 def _parts_needed(sizes: np.ndarray, n: int) -> int:
