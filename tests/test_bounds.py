@@ -263,8 +263,10 @@ def test_level_cut_cpsat_bounds_the_least_cut_over_capacities(seed, n) -> None:
             continue
         s = np.array(spread)
         best = min(best, float(a[s[:, None] != s[None, :]].sum()) / 2)
-    lower, part = level_cut_cpsat(problem, caps)
+    lower, part, optimal = level_cut_cpsat(problem, caps)
     assert lower <= best + 1e-9
-    if part is not None:
-        assert np.all(np.bincount(part, minlength=len(order)) <= order)
-        assert float(a[part[:, None] != part[None, :]].sum()) / 2 == pytest.approx(best, rel=1e-5)
+    assert part is not None and np.all(np.bincount(part, minlength=len(order)) <= order)
+    cut = float(a[part[:, None] != part[None, :]].sum()) / 2
+    assert cut >= best - 1e-9
+    if optimal:
+        assert cut == pytest.approx(best, rel=1e-5)

@@ -421,15 +421,17 @@ def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
 
 def level_cut_cpsat(
     problem: PlacementProblem, capacities: np.ndarray, limit: float = CUT_CPSAT_LIMIT
-) -> tuple[float, np.ndarray | None]:
-    """``(lower bound, partition)`` for the least traffic cut when the workers are spread over
-    domains of the given free capacities, from CP-SAT. The model: x[i, d] (worker i in domain
-    d); a pair stays inside only if both are in one domain; of domains with equal capacity,
-    worker 0 may only take the first, as any plan can be relabelled so. The bound is CP-SAT's
-    proved one, valid whether or not it finished within the deterministic ``limit``; the
-    partition (domain per worker, domains in the order of ``capacities`` sorted descending) is
-    returned when it is proved optimal, else None. Weights are rounded down to integers on a
-    10⁶ scale, which keeps the bound below the true cut."""
+) -> tuple[float, np.ndarray | None, bool]:
+    """``(lower bound, partition, optimal)`` for the least traffic cut when the workers are
+    spread over domains of the given free capacities, from CP-SAT.
+
+    The model: x[i, d] (worker i in domain d); a pair stays inside only if both are in one
+    domain; of domains with equal capacity, worker 0 may only take the first, as any plan can
+    be relabelled so. The bound is CP-SAT's proved one, valid whether or not it finished within
+    the deterministic ``limit``; the partition (domain per worker, domains in the order of
+    ``capacities`` sorted descending) is the best one found (None if none), ``optimal`` whether
+    CP-SAT proved it. Weights are rounded down to integers on a 10⁶ scale, which keeps the
+    bound below the true cut."""
     from ortools.sat.python import cp_model
 
     sym = problem.flow_symmetric().tocoo()
@@ -438,7 +440,7 @@ def level_cut_cpsat(
     n = problem.n_workers
     caps = sorted((int(c) for c in capacities if c > 0), reverse=True)
     if not len(data):
-        return 0.0, None
+        return 0.0, None, False
     scale = 1e6 / float(data.max())
     weights = np.floor(data * scale).astype(np.int64)
     m = cp_model.CpModel()
@@ -465,12 +467,10 @@ def level_cut_cpsat(
     status = solver.Solve(m)
     total = int(weights.sum())
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return 0.0, None
+        return 0.0, None, False
     lower = max(total - solver.BestObjectiveBound(), 0.0) / scale
-    if status != cp_model.OPTIMAL:
-        return lower, None
     part = np.array([next(d for d, v in enumerate(row) if solver.BooleanValue(v)) for row in x])
-    return lower, part
+    return lower, part, status == cp_model.OPTIMAL
 
 
 def partition_bound(problem: PlacementProblem) -> float | None:
@@ -509,9 +509,29 @@ def partition_bound(problem: PlacementProblem) -> float | None:
         if spectral:
             cut = max(cut, spectral[k])
         if _few_domains(sizes, n) and n <= CUT_CPSAT_MAX_WORKERS:
-            cut = max(cut, level_cut_cpsat(problem, sizes)[0])
+            lower, part, _ = level_cut_cpsat(problem, sizes)
+            cut = max(cut, lower)
+            if part is not None:  # a candidate plan for the search (auto takes it if better)
+                problem._cache["partition_plan"] = _plan_from_partition(problem, k, part)
         bound += steps[k] * cut
     return bound + linear_floor(problem)
+
+
+def _plan_from_partition(problem: PlacementProblem, level: int, part: np.ndarray) -> np.ndarray:
+    """A plan that keeps :func:`level_cut_cpsat`'s partition at ``level``: each domain's workers
+    (in worker order, which keeps layout groups together) on its free GPUs in location order
+    (node by node)."""
+    cl = problem.cluster
+    assert cl is not None
+    nodes = cl.gpu_node[problem.locations]
+    domain = nodes if level == 0 else cl.node_group[nodes, level - 1]
+    ids, caps = np.unique(domain, return_counts=True)
+    order = ids[np.argsort(-caps, kind="stable")]  # level_cut_cpsat's order of domains
+    assignment = np.empty(problem.n_workers, dtype=np.int64)
+    for d, dom in enumerate(order):
+        workers = np.flatnonzero(part == d)
+        assignment[workers] = np.flatnonzero(domain == dom)[: len(workers)]
+    return assignment
 
 
 def _few_domains(sizes: np.ndarray, n: int) -> bool:
