@@ -176,7 +176,7 @@ def run_case(
     label: str, cluster: Cluster, workload: Workload, limit: float
 ) -> tuple[str, list[list[Any]]]:
     problem = PlacementProblem.build(cluster, workload)
-    bound, source = best_bound(problem)
+    bound, source = best_bound(problem, thorough=True)
     methods: dict[str, Callable[[], np.ndarray]] = {}
     for name in ("auto", "hierarchical", "tabu", "greedy", "kai-tas", "pack", "random"):
         if name == "tabu" and problem.n_workers > TABU_MAX_WORKERS:

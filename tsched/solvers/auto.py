@@ -119,7 +119,7 @@ def auto(
             problem, time_limit=max(0.05, limit / 4), seed=seed, options={}
         )
         value = objective(problem, greedy.assignment)
-        bound, source = best_bound(problem, target=value)
+        bound, source = best_bound(problem, target=value, thorough=True)
         slack = max(1e-9, target_gap) * max(1.0, abs(value))
         if bound is None or value - bound > slack:  # not proved, nor within the asked gap
             if len(linked) <= COMPONENTS_MAX:
@@ -159,7 +159,7 @@ def _by_component(
         solo = _single(whole, began, share if free.all() else share / 2, seed, _Steps(whole))
         solo_value = objective(whole, solo.assignment)
         # its bounds (cached on ``whole`` by the run; finished only if the run did not meet one)
-        part_bound, _ = best_bound(whole, target=solo_value)
+        part_bound, _ = best_bound(whole, target=solo_value, thorough=True)
         if solo.bound is not None:  # proved on every usable GPU: a bound for the joint problem
             part_bound = max(part_bound if part_bound is not None else -np.inf, solo.bound)
         bound_sum += part_bound if part_bound is not None else -np.inf
@@ -193,7 +193,7 @@ def _by_component(
     value = objective(problem, assignment)
     whole_bound = None
     if bound_sum < value - 1e-9 * max(1.0, abs(value)):  # not proved by the parts' bounds
-        whole_bound, _ = best_bound(problem, target=value)
+        whole_bound, _ = best_bound(problem, target=value, thorough=True)
     bound = max(b for b in (whole_bound, bound_sum) if b is not None)
     out = SolverOutput(assignment, bound=float(bound) if np.isfinite(bound) else None)
     why = (
@@ -223,7 +223,7 @@ def _single(
             problem, time_limit=max(0.05, limit / 4), seed=seed, options={}
         )
     value = objective(problem, greedy.assignment)
-    bound, source = best_bound(problem, target=value)
+    bound, source = best_bound(problem, target=value, thorough=True)
     cut_plan = problem._cache.get("partition_plan")  # left by the partition bound's CP-SAT cut
     if cut_plan is not None and objective(problem, cut_plan) < value:
         greedy = replace(greedy, assignment=cut_plan, message="greedy, then the bound's cut")

@@ -17,6 +17,12 @@ optimal. :func:`best_bound` combines the applicable ones and caches the result o
   Donath–Hoffman eigenvalue bound ``½ Σ_i size_i · λ_i(L)`` (L the Laplacian of the symmetrised
   traffic, λ ascending, domain sizes descending). Exact for TP × DP × PP layouts, whose traffic
   graphs are products of rings and paths.
+- :func:`partition_bound` — the same cut decomposition with two more bounds on each cut: the
+  traffic no spread of the workers over the domains can keep inside them (densest-subgraph
+  weights, :func:`densest_weights`, in a knapsack over the domains' free GPUs), and, for levels
+  of a few large domains, CP-SAT's proved bound on the least cut (:func:`level_cut_cpsat`).
+  Exact for the symmetric blocks of MoE layouts, which the eigenvalues cannot see; it searches,
+  so :func:`best_bound` computes it only when asked to be thorough.
 
 Per-GPU linear costs C (a workload's ``gpu_costs``): min over plans of (quadratic + linear) is at
 least min quadratic + min linear, so every bound that prices only the traffic adds
@@ -56,6 +62,8 @@ SPECTRAL_LIMIT = 4096
 DENSEST_MAX_WORKERS = 512
 #: Largest part searched exactly for the densest-subgraph weights (a DGX node: 8 GPUs).
 DENSEST_MAX_PART = 8
+#: Bounds that search (seconds), computed only when :func:`best_bound` is asked to be thorough.
+THOROUGH_STAGES = ("partition",)
 #: Levels with at most this many domains get their cut bounded by CP-SAT as well.
 CUT_CPSAT_MAX_DOMAINS = 8
 #: ... for jobs of at most this many workers,
@@ -662,7 +670,7 @@ def _stages(problem: PlacementProblem) -> list[tuple[str, Any]]:
 
 
 def best_bound(
-    problem: PlacementProblem, target: float | None = None
+    problem: PlacementProblem, target: float | None = None, thorough: bool = False
 ) -> tuple[float | None, str | None]:
     """The largest applicable bound and its name; cached on the problem.
 
@@ -670,7 +678,9 @@ def best_bound(
     affordable, spectral). With ``target`` (a plan's objective) the computation stops as soon as
     one bound meets it (within 1e-9 relative): the plan is then proved and the costlier bounds
     are not needed. A later call without a target, or with one not met yet, goes on where the
-    last one stopped.
+    last one stopped. The partition bound (densest-subgraph and CP-SAT searches, up to seconds)
+    runs only when ``thorough``: ``auto`` asks for it, a plain ``solve`` with another method and
+    the comparison runner's thousands of per-job solves do not.
     """
     done = problem._cache.get("best_bound")
     if done is not None:
@@ -691,6 +701,8 @@ def best_bound(
 
     while state["next"] < len(stages) and not met():
         label, fn = stages[state["next"]]
+        if label in THOROUGH_STAGES and not thorough:
+            break  # seconds of search: only for callers that asked (auto, the benchmarks)
         state["next"] += 1
         bound = fn(problem)
         if bound is not None and (state["value"] is None or bound > state["value"]):
