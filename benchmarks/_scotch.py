@@ -62,8 +62,9 @@ def tleaf(problem: PlacementProblem) -> str | None:
     unit = min(costs)
     parts = []
     for size, cost in zip([*sizes, node_type.gpus], costs):
-        parts += [str(size), str(max(1, int(round(cost / unit))))]
-    return f"tleaf {len(sizes) + 1} " + " ".join(parts)
+        if size > 1:  # a level of one child joins no pairs (and Scotch refuses it)
+            parts += [str(size), str(max(1, int(round(cost / unit))))]
+    return f"tleaf {len(parts) // 2} " + " ".join(parts)
 
 
 def scotch_map(problem: PlacementProblem, seed: int = 0) -> tuple[np.ndarray | None, float, str]:

@@ -218,7 +218,7 @@ def run_case(
         if not np.isfinite(value):
             table.append([name, notes.get(name, "no plan"), "", "n/a", f"{seconds:.2f}"])
             continue
-        gap = (value - bound) / value if bound is not None and value > 0 else float("nan")
+        gap = max(value - bound, 0.0) / value if bound is not None and value > 0 else float("nan")
         table.append(
             [
                 name,

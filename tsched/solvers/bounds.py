@@ -705,7 +705,9 @@ def best_bound(
             break  # seconds of search: only for callers that asked (auto, the benchmarks)
         state["next"] += 1
         bound = fn(problem)
-        if bound is not None and (state["value"] is None or bound > state["value"]):
+        if bound is not None and (
+            state["value"] is None or bound > state["value"] + 1e-12 * abs(state["value"])
+        ):  # a later bound must beat the earlier one by more than rounding to take its name
             state["value"], state["name"] = float(bound), label
     result = (state["value"], state["name"])
     if state["next"] >= len(stages):
