@@ -17,7 +17,10 @@
    isolated facilities (esc*, tai64c, tai256c) are tuned against the whole-problem tabu
    search, and single timed runs of the two ways did not separate them.
 1. Run the topology-aware greedy (fast at any size) and compute the best lower bound
-   (:func:`tsched.solvers.bounds.best_bound`). If they meet, the greedy plan is proved optimal.
+   (:func:`tsched.solvers.bounds.best_bound`, thorough: the partition bound included). If
+   the partition bound's CP-SAT cut left a partition whose plan beats greedy's, that plan
+   goes on instead (on NVL72 racks the objective is that cut). If plan and bound meet, the
+   plan is proved optimal.
 2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound; small
    hierarchical ones (up to :data:`QUICK_CPSAT_WORKERS` workers) get a quick CP-SAT run on the
    worker → node model (a quarter of the time), which usually proves the plan at once.
