@@ -505,10 +505,10 @@ def partition_bound(problem: PlacementProblem) -> float | None:
     spectral = _spectral_cuts(problem, sizes_by_level)
     total = float(problem.gb.sum())
     steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
-    part = max(
+    largest = max(
         (int(min(s.max(), n)) for s, step in zip(sizes_by_level, steps) if step > 0), default=0
     )
-    weights = densest_weights(problem, min(part, DENSEST_MAX_PART))
+    weights = densest_weights(problem, min(largest, DENSEST_MAX_PART))
     bound = e[0] * total
     for k, sizes in enumerate(sizes_by_level):
         if steps[k] <= 0:
@@ -516,11 +516,11 @@ def partition_bound(problem: PlacementProblem) -> float | None:
         cut = max(total - _kept_upper(weights, sizes, n), 0.0)
         if spectral:
             cut = max(cut, spectral[k])
-        if _few_domains(sizes, n) and n <= CUT_CPSAT_MAX_WORKERS:
-            lower, part, _ = level_cut_cpsat(problem, sizes)
+        if _few_domains(sizes) and n <= CUT_CPSAT_MAX_WORKERS:
+            lower, partition, _ = level_cut_cpsat(problem, sizes)
             cut = max(cut, lower)
-            if part is not None:  # a candidate plan for the search (auto takes it if better)
-                problem._cache["partition_plan"] = _plan_from_partition(problem, k, part)
+            if partition is not None:  # a candidate plan (auto takes it if it is better)
+                problem._cache["partition_plan"] = _plan_from_partition(problem, k, partition)
         bound += steps[k] * cut
     return bound + linear_floor(problem)
 
@@ -542,7 +542,7 @@ def _plan_from_partition(problem: PlacementProblem, level: int, part: np.ndarray
     return assignment
 
 
-def _few_domains(sizes: np.ndarray, n: int) -> bool:
+def _few_domains(sizes: np.ndarray) -> bool:
     """Whether a level has at most :data:`CUT_CPSAT_MAX_DOMAINS` domains with free GPUs and
     parts larger than the densest search reaches (where that bound is weak)."""
     live = np.asarray(sizes)[np.asarray(sizes) > 0]
