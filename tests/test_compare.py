@@ -185,7 +185,6 @@ def test_calibration_recovers_a_network_it_generated() -> None:
     gradient sizes come from single-node sync times): every application's multi-node rows are
     predicted from the other two to within fit tolerance, and its own fit agrees."""
     from tsched.compare.calibrate import Measurement
-    from tsched.compare.jobmodel import _hops
 
     cluster = tsched.load_cluster(G4DN)
     truth = CollectiveModel(nic_sharing=0.2, two_node_factor=1.5, overhead_factor=2.0, overlap=2.0)
@@ -201,10 +200,8 @@ def test_calibration_recovers_a_network_it_generated() -> None:
             gpus = placement_gpus(cluster, placement)
             for bsz in (4, 16, 64):
                 compute = float(app.compute_seconds(bsz))
-                if len(placement) == 1:
-                    n = len(gpus)
-                    spg, lat = _hops(cluster, gpus) if n > 1 else (0.0, 0.0)
-                    sync = o + 2 * (n - 1) * lat + 2 * (n - 1) / n * gb * spg if n > 1 else 0.0
+                if len(placement) == 1:  # one node: compute, then the all-reduce (no overlap)
+                    sync = allreduce_seconds(cluster, gpus, gb, overhead_s=o)
                     rows.append(Measurement(name, placement, bsz, compute + sync, sync))
                 else:
                     step = iteration_seconds(app, cluster, gpus, bsz, truth)

@@ -13,9 +13,7 @@ from tsched.cli import main
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem
 from tsched.solvers._hier import hierarchical_view
-from tsched.workload import ModelSpec, Workload
-
-MODEL = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
+from tsched.workload import Workload
 
 
 @pytest.fixture(scope="module")

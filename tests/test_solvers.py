@@ -218,7 +218,7 @@ def test_auto_records_its_choice() -> None:
 
 
 def test_auto_stops_at_the_asked_gap() -> None:
-    from conftest import fabric, moe_problem
+    from conftest import fabric
 
     from tsched.errors import InputError
     from tsched.workload import Workload
@@ -231,7 +231,6 @@ def test_auto_stops_at_the_asked_gap() -> None:
     assert 0 < loose.gap <= 0.5 and "within the asked gap 50 %" in loose.message
     assert [s["method"] for s in loose.stats["auto_steps"]] == ["greedy"]
     assert loose.wall_time < 15  # stopped at the gap, long before its limit
-    problem = moe_problem()
     for bad in (-0.1, 1.0, "lots"):
         with pytest.raises(InputError, match="option gap="):
-            solve(problem, method="auto", options={"gap": bad})
+            solve(loose_problem, method="auto", options={"gap": bad})

@@ -233,9 +233,10 @@ class MockerReplicas:
 
     def _wait_ready(self, url: str, model: str, deadline: float) -> None:
         body = json.dumps({"model": model, "prompt": "w1 w2", "max_tokens": 1}).encode()
-        last = [""]
+        last = ""
 
         def probe() -> bool | None:
+            nonlocal last
             req = urllib.request.Request(
                 url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
             )
@@ -243,11 +244,11 @@ class MockerReplicas:
                 with urllib.request.urlopen(req, timeout=10) as resp:
                     return True if resp.status == 200 else None
             except (urllib.error.URLError, OSError) as exc:
-                last[0] = str(exc)
+                last = str(exc)
                 return None
 
         self._poll(
-            deadline, probe, lambda: f"mocker service {url} (model {model}) not serving ({last[0]})"
+            deadline, probe, lambda: f"mocker service {url} (model {model}) not serving ({last})"
         )
 
     def kill_replica(self, k: int) -> None:

@@ -364,15 +364,13 @@ def calibrate(
         if target:
             f = _features(target, apps, cluster)
             pred = _predict(np.array(_as_vector(scale, coll)), f)
-            rel = np.abs(pred - f.measured) / f.measured
-            entry["rank_correlation"] = _spearman(pred, f.measured)
-            entry["median_relative_error"] = float(np.median(rel))
-            entry["ceiling_rank_correlation"] = _additive_ceiling(target)
             own = _predict(np.array(_as_vector(*fit_network(target, apps, cluster))), f)
-            entry["own_fit_rank_correlation"] = _spearman(own, f.measured)
-            entry["own_fit_median_relative_error"] = float(
-                np.median(np.abs(own - f.measured) / f.measured)
-            )
+            for prefix, values in (("", pred), ("own_fit_", own)):
+                entry[prefix + "rank_correlation"] = _spearman(values, f.measured)
+                entry[prefix + "median_relative_error"] = float(
+                    np.median(np.abs(values - f.measured) / f.measured)
+                )
+            entry["ceiling_rank_correlation"] = _additive_ceiling(target)
             for r, p in zip(target, pred, strict=True):
                 predictions.append(
                     {

@@ -228,9 +228,10 @@ def _single(
     value = objective(problem, greedy.assignment)
     bound, source = best_bound(problem, target=value, thorough=True)
     cut_plan = problem._cache.get("partition_plan")  # left by the partition bound's CP-SAT cut
-    if cut_plan is not None and objective(problem, cut_plan) < value:
+    cut_value = np.inf if cut_plan is None else objective(problem, cut_plan)
+    if cut_value < value:
         greedy = replace(greedy, assignment=cut_plan, message="greedy, then the bound's cut")
-        value = objective(problem, cut_plan)
+        value = cut_value
     if known is not None and (bound is None or known > bound):
         bound, source = known, "component-alone"
         greedy = replace(greedy, bound=known)  # carried to every plan that stops on it

@@ -288,10 +288,13 @@ def _cut_levels(problem: PlacementProblem) -> tuple[np.ndarray, list[np.ndarray]
     return e, sizes_by_level
 
 
-def _spectral_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray]) -> list[float]:
+def _spectral_cuts(
+    problem: PlacementProblem,
+    sizes_by_level: list[np.ndarray],
+    eigenvalues: np.ndarray | None = None,
+) -> list[float]:
     """Donath–Hoffman lower bound on each level's cut, or [] without eigenvalues."""
     n = problem.n_workers
-    eigenvalues = problem._cache.get("given_eigenvalues")
     if eigenvalues is None:
         eigenvalues = product_eigenvalues(problem)
     if eigenvalues is None:
@@ -324,12 +327,7 @@ def spectral_bound(
     if levels is None:
         return None
     e, sizes_by_level = levels
-    if eigenvalues is not None:
-        problem._cache["given_eigenvalues"] = eigenvalues
-    try:
-        cuts = _spectral_cuts(problem, sizes_by_level)
-    finally:
-        problem._cache.pop("given_eigenvalues", None)
+    cuts = _spectral_cuts(problem, sizes_by_level, eigenvalues)
     if not cuts:
         return None
     bound = e[0] * float(problem.gb.sum())
@@ -363,12 +361,8 @@ def densest_weights(problem: PlacementProblem, kmax: int) -> np.ndarray:
     cached = problem._cache.get("densest_weights")
     if cached is not None and len(cached) > kmax:
         return cached
-    a = problem.flow_symmetric().toarray().astype(np.float64)
+    a, top = _densest_inputs(problem)
     n = a.shape[0]
-    order = np.argsort(-a.sum(axis=1), kind="stable")
-    a = np.ascontiguousarray(a[np.ix_(order, order)])
-    rows = -np.sort(-a, axis=1)
-    top = np.concatenate([np.zeros((n, 1)), np.cumsum(rows, axis=1)], axis=1)  # top[u, t]
     visits = max(1000, DENSEST_WORK // n // (1 if kernel.HAVE_NUMBA else 100))
     weights = [0.0, 0.0]
     for size in range(2, min(kmax, n) + 1):
@@ -382,6 +376,17 @@ def densest_weights(problem: PlacementProblem, kmax: int) -> np.ndarray:
     out = np.array(weights + [weights[-1]] * max(0, kmax + 1 - len(weights)))
     problem._cache["densest_weights"] = out
     return out
+
+
+def _densest_inputs(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's inputs: the symmetrised traffic, dense, workers sorted by weighted degree
+    (heaviest first), and ``top[u, t]``, the sum of the ``t`` heaviest pairs of worker u."""
+    a = problem.flow_symmetric().toarray().astype(np.float64)
+    order = np.argsort(-a.sum(axis=1), kind="stable")
+    a = np.ascontiguousarray(a[np.ix_(order, order)])
+    rows = -np.sort(-a, axis=1)
+    top = np.concatenate([np.zeros((len(a), 1)), np.cumsum(rows, axis=1)], axis=1)
+    return a, top
 
 
 def _greedy_densest(a: np.ndarray, size: int) -> float:
