@@ -42,6 +42,10 @@ BOUND_SOURCES = {
     "(from the hierarchy; no dense matrix)",
     "spectral": "the hierarchy's cuts bounded by the traffic Laplacian's eigenvalues "
     "(Donath–Hoffman), level by level",
+    "packing": "the hierarchy's cuts bounded, level by level, by the traffic no spread of the "
+    "workers over the domains' free GPUs keeps inside them (each worker's heaviest pairs; a "
+    "layout's factor graphs), by the lines of a layout each domain must touch "
+    "(Loomis–Whitney), or by the eigenvalues, whichever is largest",
     "partition": "the hierarchy's cuts bounded, level by level, by the traffic that no spread of "
     "the workers over the domains' free GPUs can keep inside them (densest-subgraph weights), "
     "or by the eigenvalues where that is larger",

@@ -44,13 +44,17 @@ __all__ = [
     "gilmore_lawler_bound",
     "profile_bound",
     "spectral_bound",
+    "packing_bound",
     "partition_bound",
+    "packing_weights",
     "densest_weights",
     "level_cut_cpsat",
     "best_bound",
     "min_scalar_products",
     "linear_floor",
     "product_eigenvalues",
+    "layout_factors",
+    "layout_weights",
     "needs_assignment_solver",
 ]
 
@@ -378,10 +382,69 @@ def densest_weights(problem: PlacementProblem, kmax: int) -> np.ndarray:
     return out
 
 
+def heaviest_pairs(problem: PlacementProblem, kmax: int) -> np.ndarray:
+    """``top[u, t]`` for t = 0 … ``kmax``: the sum of worker u's ``t`` heaviest pairs in the
+    symmetrised traffic (fewer where u has fewer partners). Sparse: one sort of the stored pairs,
+    O(nnz log nnz), no n × n matrix."""
+    sym = problem.flow_symmetric()
+    n = problem.n_workers
+    rows = np.repeat(np.arange(n), np.diff(sym.indptr))
+    order = np.lexsort((-sym.data, rows))  # by worker, heaviest first
+    rank = np.arange(len(order)) - sym.indptr[rows[order]]
+    keep = rank < kmax
+    top = np.zeros((n, kmax + 1))
+    np.add.at(top, (rows[order][keep], rank[keep] + 1), sym.data[order][keep])
+    return np.cumsum(top, axis=1)
+
+
+def packing_weights(problem: PlacementProblem, kmax: int) -> np.ndarray:
+    """``D⁺[s]`` for s = 0 … ``kmax``: an upper bound on the traffic inside any ``s`` workers
+    from each worker's heaviest pairs alone (cached; no search, sparse).
+
+    In a set S of s workers each pair is counted from both ends, and a worker's s − 1 pairs
+    inside S weigh at most its s − 1 heaviest pairs, so
+    ``w(S) ≤ ½ Σ_{u∈S} top_{s−1}(u) ≤ ½ · (the s largest top_{s−1}(u))``. Two more bounds
+    from ``D⁺[s−1]`` (as in :func:`densest_weights`): ``D⁺[s−1] + max_u top_{s−1}(u)`` and
+    ``s/(s−2)·D⁺[s−1]``; for parallel layouts, the factor-graph bound
+    :func:`layout_weights`. The smallest is kept, then the running maximum over s (the true
+    densest weights never decrease with s, so it stays an upper bound).
+
+    The heaviest-pairs bound is exact for groups whose own pairs are each member's heaviest (a
+    TP clique on a node); the layout bound for the rings and paths of TP, DP and PP groups, and
+    for any part of them (half a TP ring on a half-free node keeps a path).
+    """
+    cached = problem._cache.get("packing_weights")
+    if cached is not None and len(cached) > kmax:
+        return cached
+    n = problem.n_workers
+    top = heaviest_pairs(problem, max(min(kmax, n) - 1, 0))
+    layout = layout_weights(problem, kmax)
+    out = np.zeros(kmax + 1)
+    for s in range(2, kmax + 1):
+        if s > n:
+            out[s] = out[s - 1]
+            continue
+        col = top[:, s - 1]
+        best = 0.5 * float(np.partition(col, n - s)[n - s :].sum())
+        if layout is not None:
+            best = min(best, float(layout[s]))
+        best = min(best, out[s - 1] + float(col.max()))
+        if s > 2:
+            best = min(best, s / (s - 2) * out[s - 1])
+        out[s] = max(best, out[s - 1])
+    problem._cache["packing_weights"] = out
+    return out
+
+
 def _densest_inputs(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's inputs: the symmetrised traffic, dense, workers sorted by weighted degree
-    (heaviest first), and ``top[u, t]``, the sum of the ``t`` heaviest pairs of worker u."""
-    a = problem.flow_symmetric().toarray().astype(np.float64)
+    """The kernel's inputs for the symmetrised traffic (:func:`_search_inputs`)."""
+    return _search_inputs(problem.flow_symmetric().toarray())
+
+
+def _search_inputs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The densest-subgraph kernel's inputs: the symmetric weights, dense, vertices sorted by
+    weighted degree (heaviest first), and ``top[u, t]``, the sum of u's ``t`` heaviest pairs."""
+    a = np.asarray(a, dtype=np.float64)
     order = np.argsort(-a.sum(axis=1), kind="stable")
     a = np.ascontiguousarray(a[np.ix_(order, order)])
     rows = -np.sort(-a, axis=1)
@@ -407,13 +470,25 @@ def _greedy_densest(a: np.ndarray, size: int) -> float:
     return best
 
 
+#: Largest knapsack (domains × largest capacity × workers) solved exactly by dynamic
+#: programming in :func:`_kept_upper`; larger ones take its linear relaxation.
+KNAPSACK_WORK = 20_000_000
+
+
 def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
     """Most traffic that can stay inside domains of the given free capacities when ``n`` workers
     are spread over them: ``max Σ_d D[s_d]`` with ``Σ s_d = n`` and ``s_d ≤ cap_d`` (a knapsack
     over the domains). Sizes beyond ``len(weights) − 1`` use the density bound
-    ``D[s] ≤ D[k]·s(s−1)/(k(k−1))`` (a pair's share of the densest set never grows with s)."""
+    ``D[s] ≤ D[k]·s(s−1)/(k(k−1))`` (a pair's share of the densest set never grows with s).
+
+    Solved exactly by dynamic programming up to :data:`KNAPSACK_WORK`; above it, by its linear
+    relaxation, which can only be larger: each domain's ``D`` is replaced by its upper concave
+    envelope on ``[0, cap]`` and the n workers take the steepest envelope segments of all
+    domains first (domains of one capacity share their segments). Grouped by capacity, that is
+    O(distinct capacities · cap log) at any cluster size."""
     k = len(weights) - 1
     caps = np.minimum(np.asarray(capacities, dtype=np.int64), n)
+    caps = caps[caps > 0]
     span = int(caps.max()) if len(caps) else 0
     sizes = np.arange(span + 1)
     d = np.empty(span + 1)
@@ -421,6 +496,8 @@ def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
     if span > k:
         big = sizes[k + 1 :]
         d[k + 1 :] = weights[k] * big * (big - 1) / max(k * (k - 1), 1)
+    if len(caps) * span * n > KNAPSACK_WORK:
+        return _kept_upper_relaxed(d, caps, n)
     best = np.full(n + 1, -np.inf)
     best[0] = 0.0
     for cap in caps:
@@ -430,6 +507,33 @@ def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
             np.maximum(nxt[s:], cand, out=nxt[s:])
         best = nxt
     return float(best[n])
+
+
+def _kept_upper_relaxed(d: np.ndarray, caps: np.ndarray, n: int) -> float:
+    """The linear relaxation of :func:`_kept_upper`'s knapsack (``d[s]``: the weight bound of s
+    workers in one domain, ``caps`` > 0): greedy over the upper concave envelopes' segments."""
+    slopes: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    values, counts = np.unique(caps, return_counts=True)
+    for cap, count in zip(values.tolist(), counts.tolist(), strict=True):
+        hull = [0]  # upper concave envelope of (s, d[s]), s = 0..cap (monotone chain)
+        for s in range(1, cap + 1):
+            while len(hull) >= 2:
+                a, b = hull[-2], hull[-1]
+                if (d[b] - d[a]) * (s - b) <= (d[s] - d[b]) * (b - a):
+                    hull.pop()  # b lies on or below the chord a → s
+                else:
+                    break
+            hull.append(s)
+        h = np.array(hull)
+        slopes.append(np.diff(d[h]) / np.diff(h))
+        lengths.append(np.diff(h) * count)
+    slope = np.concatenate(slopes)
+    length = np.concatenate(lengths).astype(float)
+    order = np.argsort(-slope, kind="stable")
+    slope, length = slope[order], length[order]
+    taken = np.minimum(length, np.maximum(n - (np.cumsum(length) - length), 0.0))
+    return float(np.dot(slope, taken))
 
 
 def level_cut_cpsat(
@@ -486,6 +590,129 @@ def level_cut_cpsat(
     return lower, part, status == cp_model.OPTIMAL
 
 
+def _split_cost(factor: np.ndarray, line: bool) -> float:
+    """``α`` with every split of the factor graph into k nonempty parts cutting at least
+    ``α·(k − 1)`` of its weight: a connected factor's parts are joined by at least k − 1 of its
+    edges (its quotient stays connected), each at least its lightest weight; a uniform cycle
+    cuts k edges (α = w·m/(m−1)), a uniform clique ``(k−1)(m−1) − C(k−1, 2)`` of them
+    (α = w·m/2). 0 for a factor in pieces."""
+    m = len(factor)
+    off = factor[~np.eye(m, dtype=bool)]
+    nonzero = off[off > 0]
+    if m < 2 or not len(nonzero):
+        return 0.0
+    w = float(nonzero.min())
+    uniform = bool(np.allclose(nonzero, nonzero.max(), rtol=1e-12, atol=0.0))
+    if uniform and np.all(off > 0):
+        return w * m / 2
+    if line:
+        cycle = np.count_nonzero(factor) // 2 == m and m > 2
+        return w * m / (m - 1) if cycle else w
+    adj = factor > 0
+    seen = {0}
+    stack = [0]
+    while stack:
+        for v in np.flatnonzero(adj[stack.pop()]).tolist():
+            if v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return w if len(seen) == m else 0.0
+
+
+def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray]) -> list[float]:
+    """A lower bound on each level's cut for a parallel layout (:func:`layout_factors`), from
+    how many lines of each dimension a domain's workers must touch; [] for other traffic.
+
+    A line of dimension a (ranks equal but in coordinate a) touched by k domains loses at least
+    ``α_a·(k − 1)`` (:func:`_split_cost`). Summed over lines, ``cut ≥ Σ_a α_a (Σ_P L_a(P) −
+    lines_a)`` with ``L_a(P)`` the lines of dimension a that domain P touches, the size of P's
+    projection along a. The discrete Loomis–Whitney inequality ``|P|^{d−1} ≤ Π_a L_a(P)``, with
+    ``⌈|P|/m_a⌉ ≤ L_a(P) ≤ min(lines_a, |P|)``, bounds ``Σ_a α_a L_a(P)`` below by ``f(|P|)``:
+    a convex problem in ``log L``, solved by water-filling (the value at the bisection's lower
+    end, so never above its optimum). The domains' sizes are then chosen to minimise
+    ``Σ_P f(|P|)`` within their free GPUs (:func:`_kept_upper` on −f).
+
+    It sees what neither eigenvalues nor densest subgraphs see in large domains: four spine
+    groups of 1,024 GPUs holding a TP8 × PP8 × DP64 job must cut 1,536 pipeline pairs (or more
+    expensive ones) — exactly what the best plan cuts.
+    """
+    factors = layout_factors(problem)
+    if factors is None:
+        return []
+    n = problem.n_workers
+    m = np.array([len(f) for f in factors], dtype=float)
+    alpha = np.array([_split_cost(f, _line_like(f)) for f in factors])
+    lines = n / m
+    out = []
+    for sizes in sizes_by_level:
+        f = _projection_costs(alpha, m, lines, int(min(np.max(sizes, initial=0), n)))
+        spent = -_kept_upper(-f, np.asarray(sizes), n)
+        out.append(max(spent - float(np.dot(alpha, lines)), 0.0))
+    return out
+
+
+def _projection_costs(alpha: np.ndarray, m: np.ndarray, lines: np.ndarray, span: int) -> np.ndarray:
+    """``f[s]`` for s = 0 … ``span``: a lower bound on ``Σ_a α_a L_a`` over sets of s ranks
+    (:func:`projection_cuts`), by water-filling in ``log L``."""
+    d = len(alpha)
+    s = np.arange(1, span + 1, dtype=float)[:, None]
+    lo = np.log(np.maximum(np.ceil(s / m), 1.0))
+    hi = np.log(np.maximum(np.minimum(lines, s), np.ceil(s / m)))
+    need = (d - 1) * np.log(s[:, 0])
+    free = alpha <= 0  # costless dimensions touch all the lines they may
+    log_alpha = np.log(np.where(free, 1.0, alpha))
+    # x_a = log(λ/α_a) clipped to [lo_a, hi_a]: λ between these spans every clipping
+    low = (log_alpha + lo).min(axis=1) - 1.0
+    high = (log_alpha + hi).max(axis=1) + 1.0
+    for _ in range(100):  # bisection on the multiplier: Σ log L_a reaches `need`
+        mid = 0.5 * (low + high)
+        x = np.where(free, hi, np.clip(mid[:, None] - log_alpha, lo, hi))
+        enough = x.sum(axis=1) >= need - 1e-12
+        high = np.where(enough, mid, high)
+        low = np.where(enough, low, mid)
+    x = np.where(free, hi, np.clip(low[:, None] - log_alpha, lo, hi))
+    return np.concatenate([[0.0], (alpha * np.exp(x)).sum(axis=1)])
+
+
+def packing_bound(problem: PlacementProblem) -> float | None:
+    """The hierarchical cut bound of :func:`spectral_bound` with a second bound on each cut
+    that needs no search: ``cut_ℓ ≥ W − max Σ_d D⁺[s_d]``, the traffic that cannot stay inside
+    level-ℓ domains however the workers are spread over their free GPUs, with the heaviest-pairs
+    weights :func:`packing_weights` (up to :data:`DENSEST_MAX_PART` workers per domain) in the
+    knapsack :func:`_kept_upper`. Each level keeps the larger of this and the eigenvalue bound.
+
+    Milliseconds at any size (sparse), so it runs by default where :func:`partition_bound`'s
+    searches do not. It closes the node level of a fragmented cluster: a TP group split over
+    two half-free nodes loses the traffic between its halves, which the eigenvalues see only in
+    part.
+    """
+    levels = _cut_levels(problem)
+    if levels is None:
+        return None
+    e, sizes_by_level = levels
+    n = problem.n_workers
+    steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
+    largest = max(
+        (int(min(s.max(), n)) for s, step in zip(sizes_by_level, steps) if step > 0), default=0
+    )
+    kmax = min(largest, DENSEST_MAX_PART)
+    weights = packing_weights(problem, kmax)[: kmax + 1]
+    spectral = _spectral_cuts(problem, sizes_by_level)
+    projection = projection_cuts(problem, sizes_by_level)
+    total = float(problem.gb.sum())
+    bound = e[0] * total
+    for k, sizes in enumerate(sizes_by_level):
+        if steps[k] <= 0:
+            continue
+        cut = max(total - _kept_upper(weights, sizes, n), 0.0)
+        if spectral:
+            cut = max(cut, spectral[k])
+        if projection:
+            cut = max(cut, projection[k])
+        bound += steps[k] * cut
+    return bound + linear_floor(problem)
+
+
 def partition_bound(problem: PlacementProblem) -> float | None:
     """The hierarchical cut bound of :func:`spectral_bound` with a second bound on each cut:
     ``cut_ℓ ≥ W − max Σ_d D[s_d]``, the traffic that cannot stay inside level-ℓ domains however
@@ -513,7 +740,10 @@ def partition_bound(problem: PlacementProblem) -> float | None:
     largest = max(
         (int(min(s.max(), n)) for s, step in zip(sizes_by_level, steps) if step > 0), default=0
     )
-    weights = densest_weights(problem, min(largest, DENSEST_MAX_PART))
+    kmax = min(largest, DENSEST_MAX_PART)
+    weights = np.minimum(
+        densest_weights(problem, kmax)[: kmax + 1], packing_weights(problem, kmax)[: kmax + 1]
+    )
     bound = e[0] * total
     for k, sizes in enumerate(sizes_by_level):
         if steps[k] <= 0:
@@ -568,22 +798,19 @@ def _greedy_fill(sizes: np.ndarray, n: int) -> np.ndarray:
     return fill
 
 
-def product_eigenvalues(problem: PlacementProblem) -> np.ndarray | None:
-    """All traffic-Laplacian eigenvalues of a parallel layout, ascending, from its product
-    structure; None when the traffic is not a Cartesian product (cached).
+def layout_factors(problem: PlacementProblem) -> list[np.ndarray] | None:
+    """The traffic's factor graphs when it is a Cartesian product, one symmetric weight matrix
+    per dimension of the layout longer than 1; None otherwise (cached).
 
     A TP × CP × EP × DP × PP job whose traffic joins only ranks that differ in one coordinate,
     with the same weights along every line of a dimension, is the Cartesian product of one small
-    graph per dimension; the Laplacian of a Cartesian product is the Kronecker sum of the
-    factors' Laplacians, so its eigenvalues are all the sums λ_a(i_a) over the dimensions
-    (one eigenvalue per factor). The structure is not assumed: every traffic pair is checked to
-    differ in one coordinate and to carry its factor's weight, and the pair counts must agree,
-    so the sums are the exact spectrum. O(edges + n log n) instead of a dense O(n³)
-    eigendecomposition; the same safety margin as the dense path is taken off.
+    graph per dimension. The structure is not assumed: every traffic pair is checked to differ
+    in one coordinate and to carry its factor's weight, and the pair counts must agree.
+    O(edges).
     """
-    cached = problem._cache.get("product_eigenvalues")
-    if cached is not None:
-        return cached
+    if "layout_factors" in problem._cache:
+        return problem._cache["layout_factors"]
+    problem._cache["layout_factors"] = None
     layout = problem.workload.layout if problem.workload is not None else None
     n = problem.n_workers
     if layout is None or layout.workers != n:
@@ -613,6 +840,27 @@ def product_eigenvalues(problem: PlacementProblem) -> np.ndarray | None:
         factors.append(factor)
     if expected != sym.nnz:
         return None
+    problem._cache["layout_factors"] = factors
+    return factors
+
+
+def product_eigenvalues(problem: PlacementProblem) -> np.ndarray | None:
+    """All traffic-Laplacian eigenvalues of a parallel layout, ascending, from its product
+    structure (:func:`layout_factors`); None when the traffic is not a Cartesian product
+    (cached).
+
+    The Laplacian of a Cartesian product is the Kronecker sum of the factors' Laplacians, so
+    its eigenvalues are all the sums λ_a(i_a) over the dimensions (one eigenvalue per factor):
+    the exact spectrum in O(edges + n log n) instead of a dense O(n³) eigendecomposition; the
+    same safety margin as the dense path is taken off.
+    """
+    cached = problem._cache.get("product_eigenvalues")
+    if cached is not None:
+        return cached
+    factors = layout_factors(problem)
+    if factors is None:
+        return None
+    n = problem.n_workers
     values = np.zeros(1)
     norm = 0.0
     for factor in factors:
@@ -623,6 +871,153 @@ def product_eigenvalues(problem: PlacementProblem) -> np.ndarray | None:
     values = np.maximum(values - 64 * n * np.finfo(float).eps * max(norm, 1.0), 0.0)
     problem._cache["product_eigenvalues"] = values
     return values
+
+
+def _line_like(factor: np.ndarray) -> bool:
+    """Whether a factor graph is one path or one cycle (connected, no vertex of degree > 2):
+    then any h of its vertices, fewer than all, induce a union of paths."""
+    adj = factor > 0
+    if adj.sum(axis=1).max(initial=0) > 2:
+        return False
+    seen = {0}
+    stack = [0]
+    while stack:  # a walk from vertex 0 (degree ≤ 2: at most m steps)
+        for v in np.flatnonzero(adj[stack.pop()]).tolist():
+            if v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return len(seen) == len(factor)
+
+
+def _factor_cover(factor: np.ndarray, h: int, line: bool) -> np.ndarray:
+    """A weighted graph on ``h`` vertices that contains (edge by edge, weights no smaller) the
+    subgraph of ``factor`` induced by any ``h`` of its vertices: the factor itself when h is
+    all of it, else a path (``line``: the factor is one path or cycle) or a clique, at the
+    factor's heaviest weight."""
+    m = len(factor)
+    if h == m:
+        return factor
+    w = float(factor.max())
+    if line:
+        return w * (np.eye(h, k=1) + np.eye(h, k=-1))
+    return w * (np.ones((h, h)) - np.eye(h))
+
+
+def _line_weights(factor: np.ndarray, h: int, line: bool, s: int) -> np.ndarray:
+    """``φ[x]`` for x = 0 … min(h, s): an upper bound on the weight inside any x vertices of
+    :func:`_factor_cover` ``(factor, h)`` (x − 1 heaviest edges on a path; x(x−1)/2 on a
+    clique; the factor's total weight when x is all of it)."""
+    m = len(factor)
+    w = float(factor.max())
+    x = np.arange(min(h, s) + 1, dtype=float)
+    phi = w * np.maximum(x - 1, 0) if line else w * x * (x - 1) / 2
+    if h == m and len(x) > m:
+        phi[m] = min(float(phi[m]), float(factor.sum()) / 2) if not line else factor.sum() / 2
+    return phi
+
+
+def _spread_weight(phi: np.ndarray, s: int) -> float:
+    """``max Σ_ℓ φ[x_ℓ]`` over ways to split s vertices into lines of at most len(φ) − 1:
+    the most weight one dimension's lines can hold, whatever the other dimensions do."""
+    best = np.full(s + 1, -np.inf)
+    best[0] = 0.0
+    for t in range(1, s + 1):
+        for x in range(1, min(len(phi) - 1, t) + 1):
+            best[t] = max(best[t], best[t - x] + phi[x])
+    return float(best[s])
+
+
+def layout_weights(problem: PlacementProblem, kmax: int) -> np.ndarray | None:
+    """``D[s]`` for s = 0 … ``kmax``, an upper bound on the traffic inside any ``s`` workers of a
+    parallel layout, from its factor graphs alone (:func:`layout_factors`); None when the
+    traffic is not a product. Exact where the search finishes, on any number of workers.
+
+    A connected set S of s workers changes one coordinate per traffic pair, so along a
+    spanning tree it takes ``h_a`` values in dimension a with ``Σ (h_a − 1) ≤ s − 1``. Its
+    traffic lies inside the product of the factors restricted to those values, and that
+    product lies inside the product of :func:`_factor_cover` graphs on ``h_a`` vertices. So
+    the connected sets weigh at most the densest ``s``-set of one such small product (at most
+    a few dozen vertices for s ≤ 8); a set of several components weighs at most
+    ``max D[a] + D[s − a]``. Shapes ``(h_a)`` are taken in decreasing order of a cheap bound
+    (each dimension's lines filled alone, :func:`_spread_weight`; then the heaviest pairs), and
+    only those that can still beat the best so far are searched, exactly, by the
+    densest-subgraph kernel.
+    """
+    factors = layout_factors(problem)
+    if factors is None:
+        return None
+    cached = problem._cache.get("layout_weights")
+    if cached is not None and len(cached) > kmax:
+        return cached
+    sizes = [len(f) for f in factors]
+    lines = [_line_like(f) for f in factors]
+    nested = [_nested_covers(f, line) for f, line in zip(factors, lines, strict=True)]
+    out = np.zeros(kmax + 1)
+    for s in range(2, kmax + 1):
+        shapes = []
+        for shape in _shapes(sizes, s, nested):
+            upper = sum(
+                _spread_weight(_line_weights(f, h, line, s), s)
+                for f, h, line in zip(factors, shape, lines, strict=True)
+            )
+            shapes.append((upper, shape))
+        shapes.sort(key=lambda item: -item[0])
+        connected = 0.0
+        for upper, shape in shapes:
+            if upper <= connected:
+                break  # sorted: no later shape can beat what is known
+            graph = np.zeros((1, 1))
+            for factor, h, line in zip(factors, shape, lines, strict=True):
+                cover = _factor_cover(factor, h, line)
+                graph = np.kron(graph, np.eye(h)) + np.kron(np.eye(len(graph)), cover)
+            a, top = _search_inputs(graph)
+            upper = min(upper, 0.5 * float(np.sort(top[:, s - 1])[-s:].sum()))
+            found = _greedy_densest(a, s)
+            if upper <= max(found, connected):  # no better than known, or greedy is exact
+                connected = max(connected, found)
+                continue
+            from tsched.solvers import _densest_kernel as kernel
+
+            value, _ = kernel.search(a, top, s, np.full(s + 1, np.inf), found, 1_000_000)
+            connected = max(connected, float(value))
+        split = max((out[t] + out[s - t] for t in range(1, s // 2 + 1)), default=0.0)
+        out[s] = max(connected, split, out[s - 1])
+    problem._cache["layout_weights"] = out
+    return out
+
+
+def _nested_covers(factor: np.ndarray, line: bool) -> bool:
+    """Whether each :func:`_factor_cover` of a factor is an induced subgraph of the next larger
+    one (uniform weights on a path, cycle or clique), so a shape with fewer values in its
+    dimension is dominated."""
+    off = factor[~np.eye(len(factor), dtype=bool)]
+    nonzero = off[off > 0]
+    if not len(nonzero) or not np.allclose(nonzero, nonzero[0], rtol=1e-12, atol=0.0):
+        return False
+    return line or bool(np.all(off > 0))
+
+
+def _shapes(sizes: list[int], s: int, nested: list[bool]) -> list[tuple[int, ...]]:
+    """Every ``(h_a)`` with ``1 ≤ h_a ≤ min(size_a, s)``, ``Σ (h_a − 1) ≤ s − 1`` and
+    ``Π h_a ≥ s``: the value counts per dimension a connected s-set can have; less those
+    dominated by a shape one value larger in a ``nested`` dimension (its cover contains
+    theirs)."""
+    out: list[tuple[int, ...]] = []
+    caps = [min(size, s) for size in sizes]
+
+    def grow(prefix: tuple[int, ...], left: int) -> None:
+        if len(prefix) == len(sizes):
+            if int(np.prod(prefix)) < s:
+                return
+            if left > 0 and any(n and h < c for n, h, c in zip(nested, prefix, caps)):
+                return  # one more value in a nested dimension covers this shape
+            out.append(prefix)
+            return
+        for h in range(1, min(caps[len(prefix)], left + 1) + 1):
+            grow((*prefix, h), left - (h - 1))
+
+    grow((), s - 1)
+    return out
 
 
 def _laplacian_eigenvalues(problem: PlacementProblem, count: int) -> np.ndarray:
@@ -669,6 +1064,7 @@ def _stages(problem: PlacementProblem) -> list[tuple[str, Any]]:
         stages.append(("gilmore-lawler", gilmore_lawler_bound))
     if problem.cluster is not None:
         stages.append(("spectral", spectral_bound))
+        stages.append(("packing", packing_bound))
         if problem.n_workers <= DENSEST_MAX_WORKERS:
             stages.append(("partition", partition_bound))
     return stages
