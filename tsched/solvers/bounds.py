@@ -800,22 +800,32 @@ def _greedy_fill(sizes: np.ndarray, n: int) -> np.ndarray:
 
 def layout_factors(problem: PlacementProblem) -> list[np.ndarray] | None:
     """The traffic's factor graphs when it is a Cartesian product, one symmetric weight matrix
-    per dimension of the layout longer than 1; None otherwise (cached).
+    per dimension longer than 1; None otherwise (cached).
 
     A TP × CP × EP × DP × PP job whose traffic joins only ranks that differ in one coordinate,
     with the same weights along every line of a dimension, is the Cartesian product of one small
-    graph per dimension. The structure is not assumed: every traffic pair is checked to differ
-    in one coordinate and to carry its factor's weight, and the pair counts must agree.
-    O(edges).
+    graph per dimension. The declared layout's grid is tried first, then the finest numbering
+    the pairs themselves allow (:func:`_rank_digits`: an explicit traffic list of a layout, or
+    an MoE job whose data-parallel traffic spans the expert dimension too, which merges the
+    two). The structure is not assumed: every traffic pair is checked to differ in one
+    coordinate and to carry its factor's weight, and the pair counts must agree. O(edges).
     """
     if "layout_factors" in problem._cache:
         return problem._cache["layout_factors"]
-    problem._cache["layout_factors"] = None
     layout = problem.workload.layout if problem.workload is not None else None
+    factors = None
+    if layout is not None and layout.workers == problem.n_workers:
+        factors = _grid_factors(problem, layout.rank_grid())
+    if factors is None:
+        grid = _rank_digits(problem)
+        factors = None if grid is None else _grid_factors(problem, grid)
+    problem._cache["layout_factors"] = factors
+    return factors
+
+
+def _grid_factors(problem: PlacementProblem, grid: np.ndarray) -> list[np.ndarray] | None:
+    """:func:`layout_factors` for one rank grid (``grid[coordinates]`` = rank)."""
     n = problem.n_workers
-    if layout is None or layout.workers != n:
-        return None
-    grid = layout.rank_grid()
     coords = np.empty((n, grid.ndim), dtype=np.int64)
     index = np.indices(grid.shape)
     for axis in range(grid.ndim):
@@ -840,8 +850,42 @@ def layout_factors(problem: PlacementProblem) -> list[np.ndarray] | None:
         factors.append(factor)
     if expected != sym.nnz:
         return None
-    problem._cache["layout_factors"] = factors
     return factors
+
+
+#: Largest dimension :func:`_rank_digits` accepts (its factor graph is a dense matrix).
+MAX_FACTOR = 1024
+
+
+def _rank_digits(problem: PlacementProblem) -> np.ndarray | None:
+    """The finest mixed-radix numbering of the workers in which every traffic pair differs in
+    one digit, as a rank grid (one axis per digit, lowest digit last); None if there is none
+    with at least two digits of at most :data:`MAX_FACTOR` values.
+
+    This finds a parallel layout written out as an explicit traffic list (ranks numbered as
+    the layouts number them). A boundary b (a divisor of n) can separate two digits only if
+    every pair agrees below it or above it (``u mod b = v mod b`` or ``u div b = v div b``);
+    the digits are then the longest chain of such boundaries from 1 to n, each dividing the
+    next (a longest path over the allowed divisors). O(edges · divisors of n).
+    """
+    n = problem.n_workers
+    flow = problem.flow_csr().tocoo()
+    u, v = flow.row.astype(np.int64), flow.col.astype(np.int64)
+    if n < 4 or not len(u):
+        return None
+    divisors = [b for b in range(2, int(n**0.5) + 1) if n % b == 0]
+    divisors = sorted({1, n, *divisors, *(n // b for b in divisors)})
+    allowed = [b for b in divisors if b in (1, n) or np.all((u % b == v % b) | (u // b == v // b))]
+    longest = {1: [1]}
+    for b in allowed[1:]:
+        chains = [longest[a] for a in allowed if a < b and b % a == 0 and a in longest]
+        if chains:
+            longest[b] = [*max(chains, key=len), b]
+    chain = longest.get(n, [])
+    radices = [chain[i + 1] // chain[i] for i in range(len(chain) - 1)]
+    if len(radices) < 2 or max(radices) > MAX_FACTOR:
+        return None
+    return np.arange(n).reshape(list(reversed(radices)))
 
 
 def product_eigenvalues(problem: PlacementProblem) -> np.ndarray | None:

@@ -171,6 +171,18 @@ def _choose_children(
     return chosen, np.array(sizes)
 
 
+def _even_sizes(caps: np.ndarray, n: int) -> np.ndarray:
+    """``n`` workers spread as evenly as the capacities allow over the same children (in
+    their order): the balanced split graph partitioners aim for."""
+    sizes = np.zeros(len(caps), dtype=np.int64)
+    left = n
+    for rank, i in enumerate(np.argsort(caps, kind="stable")):
+        share = -(-left // (len(caps) - rank))  # ceil: the larger shares go to larger children
+        sizes[i] = min(int(caps[i]), share)
+        left -= sizes[i]
+    return sizes
+
+
 def _nodes_needed(nodes: np.ndarray, n: int) -> int:
     counts = np.sort(np.unique(nodes, return_counts=True)[1])[::-1]
     return int(np.searchsorted(np.cumsum(counts), n) + 1)
@@ -205,6 +217,11 @@ def decompose(
             continue
         sub = graph[workers][:, workers]
         part, value, name = partition(sub, sizes, partitioner, seed)
+        even = _even_sizes(np.array([len(g) for g in groups]), len(workers))
+        if not np.array_equal(even, sizes):  # the same children, filled evenly: keep the
+            alt = partition(sub, even, partitioner, seed)  # smaller cut (whole pipeline
+            if alt[1] < value - 1e-9 * max(1.0, value):  # stages per rack beat full racks)
+                part, value, name = alt
         used[name] = used.get(name, 0) + 1
         cut_total += value
         for p, members in enumerate(groups):
