@@ -13,6 +13,12 @@ True
 
 from __future__ import annotations
 
+import time
+
+#: When tsched was first imported, before its own imports (the CLI's default budget counts
+#: from here: start-up and reading a large file are part of the command's time).
+STARTED = time.perf_counter()
+
 import os
 
 import numpy as np

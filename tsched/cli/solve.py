@@ -22,9 +22,21 @@ from tsched.cli._common import (
 __all__ = ["add_parsers"]
 
 
+#: Seconds the command keeps for writing its output after ``auto``'s default budget.
+OUTPUT_RESERVE = 0.5
+
+
 def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
+    import time
+
+    import tsched
+    from tsched.solvers.auto import DEFAULT_TIME_LIMIT
     from tsched.solvers.registry import solve
 
+    limit = args.time_limit
+    if limit is None and args.method == "auto":  # the whole command within the default budget:
+        spent = time.perf_counter() - tsched.STARTED  # start-up and reading count too
+        limit = max(1.0, DEFAULT_TIME_LIMIT - spent - OUTPUT_RESERVE)
     console = stderr_console(args.quiet or args.json)
     with console.status(
         f"solving {problem.name} with {args.method} "
@@ -33,7 +45,7 @@ def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
         return solve(
             problem,
             method=args.method,
-            time_limit=args.time_limit,
+            time_limit=limit,
             seed=args.seed,
             options=parse_options(args.option),
         )
@@ -264,7 +276,11 @@ def add_parsers(sub: Any) -> None:
             help=f"solver name, see `tsched methods` (default: {default_method})",
         )
         p.add_argument(
-            "--time-limit", type=float, default=None, metavar="S", help="time budget in seconds"
+            "--time-limit",
+            type=float,
+            default=None,
+            metavar="S",
+            help="time budget in seconds (default for auto: the whole command within 10 s)",
         )
         p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
         p.add_argument(
