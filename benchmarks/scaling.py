@@ -1,12 +1,13 @@
-"""Scaling curve: seconds against cluster size for ``auto`` and ``hierarchical``.
+"""Scaling curve: seconds against cluster size for ``auto``, ``hierarchical`` and ``greedy``.
 
 Leaf/spine fabrics of 8-GPU nodes from 1,024 to 131,072 GPUs, each with a 3D-parallel job on
 a quarter of its GPUs (TP8 × PP8 × DP, 256 → 32,768 workers), whole and fragmented (a third of
 the nodes half busy, a sixth fully busy). Every row is one fresh problem, so the seconds include
 the lower bound and every cache warm-up; ``greedy`` is the construction alone, with the bound.
 Targets: ``auto`` within 60 s for 4,096 workers on 16,384 GPUs on 2 cores, within 5 % of the
-bound; 32,768 workers on 131,072 GPUs within 10 s and 3 %. Where ``scotch_gmap`` is installed, Scotch's static mapping of the same problem is
-a column too (:mod:`benchmarks._scotch`; mapping run only, no bound).
+bound; 32,768 workers on 131,072 GPUs within 10 s and 3 %. Where ``scotch_gmap`` is
+installed, Scotch's static mapping of the same problem is a column too
+(:mod:`benchmarks._scotch`; mapping run only, no bound).
 
     python -m benchmarks.scaling [--quick]
 """
@@ -24,7 +25,6 @@ from benchmarks._common import machine, markdown_table, write_result
 from benchmarks.clusters import fabric, job
 from tsched.cluster import Cluster
 from tsched.problem import PlacementProblem, objective
-
 
 METHODS = ("auto", "hierarchical", "greedy")
 
