@@ -417,6 +417,9 @@ def test_packing_bound_never_exceeds_the_optimum_of_a_layout(problem) -> None:
     for bound in (packing_bound, partition_bound, spectral_bound):
         value = bound(problem)
         assert value is None or value <= optimum + tol, bound.__name__
+    packing, partition = packing_bound(problem), partition_bound(problem)
+    if packing is not None and partition is not None:
+        assert partition >= packing - tol  # the searching bound takes the packing one's cuts
 
 
 def test_packing_bound_proves_tp_rings_split_over_half_free_nodes() -> None:

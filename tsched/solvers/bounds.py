@@ -620,11 +620,11 @@ def _split_cost(factor: np.ndarray, line: bool) -> float:
 
 
 def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray]) -> list[float]:
-    """A lower bound on each level's cut for a parallel layout (:func:`layout_factors`), from
-    how many lines of each dimension a domain's workers must touch; [] for other traffic.
+    """A lower bound on each level's cut for a parallel layout, from how many lines of each
+    dimension a domain's workers must touch; [] for traffic without a rank grid.
 
     A line of dimension a (ranks equal but in coordinate a) touched by k domains loses at least
-    ``α_a·(k − 1)`` (:func:`_split_cost`). Summed over lines, ``cut ≥ Σ_a α_a (Σ_P L_a(P) −
+    ``α_a·(k − 1)`` (:func:`_line_split_costs`). Summed over lines, ``cut ≥ Σ_a α_a (Σ_P L_a(P) −
     lines_a)`` with ``L_a(P)`` the lines of dimension a that domain P touches, the size of P's
     projection along a. The discrete Loomis–Whitney inequality ``|P|^{d−1} ≤ Π_a L_a(P)``, with
     ``⌈|P|/m_a⌉ ≤ L_a(P) ≤ min(lines_a, |P|)``, bounds ``Σ_a α_a L_a(P)`` below by ``f(|P|)``:
@@ -636,18 +636,78 @@ def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray])
     groups of 1,024 GPUs holding a TP8 × PP8 × DP64 job must cut 1,536 pipeline pairs (or more
     expensive ones) — exactly what the best plan cuts.
     """
-    factors = layout_factors(problem)
-    if factors is None:
+    grids = _line_split_costs(problem)
+    if not grids:
         return []
     n = problem.n_workers
-    m = np.array([len(f) for f in factors], dtype=float)
-    alpha = np.array([_split_cost(f, _line_like(f)) for f in factors])
-    lines = n / m
+    out = [0.0] * len(sizes_by_level)
+    for m, alpha in grids:  # each grid's bound holds: keep the larger per level
+        lines = n / m
+        for k, sizes in enumerate(sizes_by_level):
+            f = _projection_costs(alpha, m, lines, int(min(np.max(sizes, initial=0), n)))
+            spent = -_kept_upper(-f, np.asarray(sizes), n)
+            out[k] = max(out[k], spent - float(np.dot(alpha, lines)))
+    return out
+
+
+def _line_split_costs(problem: PlacementProblem) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``(m, α)`` per dimension of each rank grid :func:`projection_cuts` can use: the
+    dimension's size and the least traffic a line of it loses per extra domain it is split
+    over.
+
+    For a product (:func:`layout_factors`) each factor's :func:`_split_cost`. And on the
+    declared layout's own grid when that is not the product's (an MoE job, whose dense
+    gradients join ranks that differ in expert and data coordinates at once, factors only with
+    the two merged): only the pairs that differ in one coordinate are counted — leaving pairs
+    out never raises a cut — and per dimension the factor's split cost if every line carries
+    the same factor graph, else the lightest pair if every line is connected, else 0."""
     out = []
-    for sizes in sizes_by_level:
-        f = _projection_costs(alpha, m, lines, int(min(np.max(sizes, initial=0), n)))
-        spent = -_kept_upper(-f, np.asarray(sizes), n)
-        out.append(max(spent - float(np.dot(alpha, lines)), 0.0))
+    factors = layout_factors(problem)
+    if factors is not None:
+        m = np.array([len(f) for f in factors], dtype=float)
+        out.append((m, np.array([_split_cost(f, _line_like(f)) for f in factors])))
+    layout = problem.workload.layout if problem.workload is not None else None
+    n = problem.n_workers
+    if layout is None or layout.workers != n:
+        return out
+    grid = layout.rank_grid()
+    if factors is not None and len(factors) == sum(size > 1 for size in grid.shape):
+        return out  # the product is on this grid already
+    coords = np.empty((n, grid.ndim), dtype=np.int64)
+    index = np.indices(grid.shape)
+    for axis in range(grid.ndim):
+        coords[grid.reshape(-1), axis] = index[axis].reshape(-1)
+    sym = problem.flow_symmetric().tocoo()
+    differs = coords[sym.row] != coords[sym.col]
+    single = differs.sum(axis=1) == 1
+    axis_of = np.argmax(differs, axis=1)
+    sizes, alphas = [], []
+    for axis, size in enumerate(grid.shape):
+        if size == 1:
+            continue
+        mine = single & (axis_of == axis)
+        sizes.append(float(size))
+        if not mine.any():
+            alphas.append(0.0)
+            continue
+        rows, cols, data = sym.row[mine], sym.col[mine], sym.data[mine]
+        line = grid[tuple(slice(None) if a == axis else 0 for a in range(grid.ndim))]
+        factor = np.zeros((size, size))
+        first = np.isin(rows, line) & np.isin(cols, line)
+        factor[coords[rows[first], axis], coords[cols[first], axis]] = data[first]
+        want = factor[coords[rows, axis], coords[cols, axis]]
+        if np.allclose(data, want, rtol=1e-12, atol=0.0) and len(data) == np.count_nonzero(
+            factor
+        ) * (n // size):
+            alphas.append(_split_cost(factor, _line_like(factor)))
+            continue
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import connected_components
+
+        graph = sp.coo_array((data, (rows, cols)), shape=(n, n))
+        pieces = connected_components(graph, directed=False)[0]
+        alphas.append(float(data.min()) if pieces == n // size else 0.0)
+    out.append((np.array(sizes), np.array(alphas)))
     return out
 
 
@@ -716,8 +776,10 @@ def packing_bound(problem: PlacementProblem) -> float | None:
 def partition_bound(problem: PlacementProblem) -> float | None:
     """The hierarchical cut bound of :func:`spectral_bound` with a second bound on each cut:
     ``cut_ℓ ≥ W − max Σ_d D[s_d]``, the traffic that cannot stay inside level-ℓ domains however
-    the workers are spread over them (:func:`densest_weights`, :func:`_kept_upper`). Each level
-    keeps the larger of this and the eigenvalue bound.
+    the workers are spread over them (:func:`densest_weights`, capped by the
+    :func:`packing_weights`; :func:`_kept_upper`). Each level keeps the largest of this, the
+    eigenvalue bound and the line-projection bound (:func:`projection_cuts`), so it is never
+    below :func:`packing_bound`.
 
     Exact where the parts of an optimal plan are densest subgraphs, which is the case for the
     symmetric groups of parallel layouts: an MoE job's TP pairs, expert all-to-all cliques and
@@ -735,6 +797,7 @@ def partition_bound(problem: PlacementProblem) -> float | None:
         return None
     e, sizes_by_level = levels
     spectral = _spectral_cuts(problem, sizes_by_level)
+    projection = projection_cuts(problem, sizes_by_level)
     total = float(problem.gb.sum())
     steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
     largest = max(
@@ -751,6 +814,8 @@ def partition_bound(problem: PlacementProblem) -> float | None:
         cut = max(total - _kept_upper(weights, sizes, n), 0.0)
         if spectral:
             cut = max(cut, spectral[k])
+        if projection:
+            cut = max(cut, projection[k])
         if _few_domains(sizes) and n <= CUT_CPSAT_MAX_WORKERS:
             lower, partition, _ = level_cut_cpsat(problem, sizes)
             cut = max(cut, lower)
