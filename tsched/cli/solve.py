@@ -36,7 +36,8 @@ def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
     limit = args.time_limit
     if limit is None and args.method == "auto":  # the whole command within the default budget:
         spent = time.perf_counter() - tsched.STARTED  # start-up and reading count too
-        limit = max(1.0, DEFAULT_TIME_LIMIT - spent - OUTPUT_RESERVE)
+        limit = round(max(1.0, DEFAULT_TIME_LIMIT - spent - OUTPUT_RESERVE), 2)
+    args.effective_time_limit = limit
     console = stderr_console(args.quiet or args.json)
     with console.status(
         f"solving {problem.name} with {args.method} "
@@ -80,7 +81,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.explain:
         from tsched.explain import explain
 
-        doc = explain(problem, result, method=args.method, time_limit=args.time_limit,
+        doc = explain(problem, result, method=args.method, time_limit=args.effective_time_limit,
                       validation=validation)  # fmt: skip
     if args.json:
         out_doc = plan.to_dict()
