@@ -33,6 +33,7 @@ each worker's cheapest GPU. Without pairwise traffic that floor is the optimum i
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -590,24 +591,28 @@ def level_cut_cpsat(
     return lower, part, status == cp_model.OPTIMAL
 
 
-def _split_cost(factor: np.ndarray, line: bool) -> float:
-    """``α`` with every split of the factor graph into k nonempty parts cutting at least
-    ``α·(k − 1)`` of its weight: a connected factor's parts are joined by at least k − 1 of its
-    edges (its quotient stays connected), each at least its lightest weight; a uniform cycle
-    cuts k edges (α = w·m/(m−1)), a uniform clique ``(k−1)(m−1) − C(k−1, 2)`` of them
-    (α = w·m/2). 0 for a factor in pieces."""
+def _split_cost(factor: np.ndarray, line: bool) -> tuple[float, float]:
+    """``(α, β)``: a split of the factor graph over domains cuts at least ``α·(k − 1)`` of its
+    weight (k domains touch it) and at least ``β`` per domain that holds part of it but not all
+    (w: its lightest pair).
+
+    A connected factor's parts are joined by at least k − 1 of its edges (its quotient stays
+    connected), and each part held short has an edge leaving it, each edge leaving two parts at
+    most: α = w, β = w/2. A cycle cuts one edge per arc: α = w·m/(m−1), β = w. A complete
+    graph cuts ``(k−1)(2m−k)/2`` pairs at least, and a part of x < m ranks ``x(m − x) ≥ m − 1``
+    pairs, each counted from both sides: α = w·m/2, β = w(m−1)/2. (0, 0) for a factor in
+    pieces."""
     m = len(factor)
     off = factor[~np.eye(m, dtype=bool)]
     nonzero = off[off > 0]
     if m < 2 or not len(nonzero):
-        return 0.0
+        return 0.0, 0.0
     w = float(nonzero.min())
-    uniform = bool(np.allclose(nonzero, nonzero.max(), rtol=1e-12, atol=0.0))
-    if uniform and np.all(off > 0):
-        return w * m / 2
+    if np.all(off > 0):
+        return w * m / 2, w * (m - 1) / 2
     if line:
         cycle = np.count_nonzero(factor) // 2 == m and m > 2
-        return w * m / (m - 1) if cycle else w
+        return (w * m / (m - 1), w) if cycle else (w, w / 2)
     adj = factor > 0
     seen = {0}
     stack = [0]
@@ -616,7 +621,7 @@ def _split_cost(factor: np.ndarray, line: bool) -> float:
             if v not in seen:
                 seen.add(v)
                 stack.append(v)
-    return w if len(seen) == m else 0.0
+    return (w, w / 2) if len(seen) == m else (0.0, 0.0)
 
 
 def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray]) -> list[float]:
@@ -626,11 +631,16 @@ def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray])
     A line of dimension a (ranks equal but in coordinate a) touched by k domains loses at least
     ``α_a·(k − 1)`` (:func:`_line_split_costs`). Summed over lines, ``cut ≥ Σ_a α_a (Σ_P L_a(P) −
     lines_a)`` with ``L_a(P)`` the lines of dimension a that domain P touches, the size of P's
-    projection along a. The discrete Loomis–Whitney inequality ``|P|^{d−1} ≤ Π_a L_a(P)``, with
-    ``⌈|P|/m_a⌉ ≤ L_a(P) ≤ min(lines_a, |P|)``, bounds ``Σ_a α_a L_a(P)`` below by ``f(|P|)``:
-    a convex problem in ``log L``, solved by water-filling (the value at the bisection's lower
-    end, so never above its optimum). The domains' sizes are then chosen to minimise
-    ``Σ_P f(|P|)`` within their free GPUs (:func:`_kept_upper` on −f).
+    projection along a. Or, per dimension, ``β_a`` for every line a domain touches but does not
+    hold whole: ``β_a (Σ_P L_a(P) − Σ_P ⌊|P|/m_a⌋)`` (a ring split in two loses two pairs, not
+    one); every choice of form per dimension is a bound, and the largest is kept.
+
+    The discrete Loomis–Whitney inequality ``|P|^{d−1} ≤ Π_a L_a(P)``, with
+    ``⌈|P|/m_a⌉ ≤ L_a(P) ≤ min(lines_a, |P|)``, bounds ``Σ_a c_a L_a(P)`` (c: α or β) below
+    by ``f(|P|)``: a convex problem in ``log L``, solved by water-filling (the value at the
+    bisection's lower end, so never above its optimum). The domains' sizes are then chosen to
+    minimise ``Σ_P f(|P|)`` less the per-part terms within their free GPUs (:func:`_kept_upper`
+    on the negated costs).
 
     It sees what neither eigenvalues nor densest subgraphs see in large domains: four spine
     groups of 1,024 GPUs holding a TP8 × PP8 × DP64 job must cut 1,536 pipeline pairs (or more
@@ -641,31 +651,43 @@ def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray])
         return []
     n = problem.n_workers
     out = [0.0] * len(sizes_by_level)
-    for m, alpha in grids:  # each grid's bound holds: keep the larger per level
+    for m, alpha, beta in grids:  # each grid's bound holds: keep the larger per level
         lines = n / m
-        for k, sizes in enumerate(sizes_by_level):
-            f = _projection_costs(alpha, m, lines, int(min(np.max(sizes, initial=0), n)))
-            spent = -_kept_upper(-f, np.asarray(sizes), n)
-            out[k] = max(out[k], spent - float(np.dot(alpha, lines)))
+        for per_part in itertools.product((False, True), repeat=len(m)):
+            use = np.array(per_part, dtype=bool)
+            if np.any(use & (beta <= 0)):
+                continue
+            coef = np.where(use, beta, alpha)  # per dimension: by lines split or by parts short
+            for k, sizes in enumerate(sizes_by_level):
+                span = int(min(np.max(sizes, initial=0), n))
+                f = _projection_costs(coef, m, lines, span)
+                whole = np.floor(np.arange(span + 1)[:, None] / m)  # lines a part can hold
+                f = f - (whole[:, use] * beta[use]).sum(axis=1)
+                spent = -_kept_upper(-f, np.asarray(sizes), n)
+                out[k] = max(out[k], spent - float(np.dot(alpha[~use], lines[~use])))
     return out
 
 
-def _line_split_costs(problem: PlacementProblem) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``(m, α)`` per dimension of each rank grid :func:`projection_cuts` can use: the
+def _line_split_costs(
+    problem: PlacementProblem,
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``(m, α, β)`` per dimension of each rank grid :func:`projection_cuts` can use: the
     dimension's size and the least traffic a line of it loses per extra domain it is split
-    over.
+    over, and per domain holding part of it (:func:`_split_cost`).
 
     For a product (:func:`layout_factors`) each factor's :func:`_split_cost`. And on the
     declared layout's own grid when that is not the product's (an MoE job, whose dense
     gradients join ranks that differ in expert and data coordinates at once, factors only with
     the two merged): only the pairs that differ in one coordinate are counted — leaving pairs
     out never raises a cut — and per dimension the factor's split cost if every line carries
-    the same factor graph, else the lightest pair if every line is connected, else 0."""
+    the same factor graph, else (w, w/2) with w the lightest pair if every line is connected,
+    else 0."""
     out = []
     factors = layout_factors(problem)
     if factors is not None:
         m = np.array([len(f) for f in factors], dtype=float)
-        out.append((m, np.array([_split_cost(f, _line_like(f)) for f in factors])))
+        costs = np.array([_split_cost(f, _line_like(f)) for f in factors]).reshape(-1, 2)
+        out.append((m, costs[:, 0], costs[:, 1]))
     layout = problem.workload.layout if problem.workload is not None else None
     n = problem.n_workers
     if layout is None or layout.workers != n:
@@ -681,14 +703,14 @@ def _line_split_costs(problem: PlacementProblem) -> list[tuple[np.ndarray, np.nd
     differs = coords[sym.row] != coords[sym.col]
     single = differs.sum(axis=1) == 1
     axis_of = np.argmax(differs, axis=1)
-    sizes, alphas = [], []
+    sizes, costs = [], []
     for axis, size in enumerate(grid.shape):
         if size == 1:
             continue
         mine = single & (axis_of == axis)
         sizes.append(float(size))
         if not mine.any():
-            alphas.append(0.0)
+            costs.append((0.0, 0.0))
             continue
         rows, cols, data = sym.row[mine], sym.col[mine], sym.data[mine]
         line = grid[tuple(slice(None) if a == axis else 0 for a in range(grid.ndim))]
@@ -699,15 +721,17 @@ def _line_split_costs(problem: PlacementProblem) -> list[tuple[np.ndarray, np.nd
         if np.allclose(data, want, rtol=1e-12, atol=0.0) and len(data) == np.count_nonzero(
             factor
         ) * (n // size):
-            alphas.append(_split_cost(factor, _line_like(factor)))
+            costs.append(_split_cost(factor, _line_like(factor)))
             continue
         import scipy.sparse as sp
         from scipy.sparse.csgraph import connected_components
 
         graph = sp.coo_array((data, (rows, cols)), shape=(n, n))
         pieces = connected_components(graph, directed=False)[0]
-        alphas.append(float(data.min()) if pieces == n // size else 0.0)
-    out.append((np.array(sizes), np.array(alphas)))
+        w = float(data.min()) if pieces == n // size else 0.0
+        costs.append((w, w / 2))
+    split = np.array(costs).reshape(-1, 2)
+    out.append((np.array(sizes), split[:, 0], split[:, 1]))
     return out
 
 
