@@ -46,6 +46,9 @@ BOUND_SOURCES = {
     "workers over the domains' free GPUs keeps inside them (each worker's heaviest pairs; a "
     "layout's factor graphs), by the lines of a layout each domain must touch "
     "(Loomis–Whitney), or by the eigenvalues, whichever is largest",
+    "nested": "the hierarchy's cuts bounded together: one worker count per domain, nested, "
+    "each level's cut a sum over its domains (densest subgraphs or the lines of a layout), "
+    "minimised over the counts the free GPUs allow",
     "partition": "the hierarchy's cuts bounded, level by level, by the traffic that no spread of "
     "the workers over the domains' free GPUs can keep inside them (densest-subgraph weights), "
     "or by the eigenvalues where that is larger",

@@ -47,6 +47,7 @@ __all__ = [
     "spectral_bound",
     "packing_bound",
     "partition_bound",
+    "nested_bound",
     "packing_weights",
     "densest_weights",
     "level_cut_cpsat",
@@ -68,7 +69,7 @@ DENSEST_MAX_WORKERS = 512
 #: Largest part searched exactly for the densest-subgraph weights (a DGX node: 8 GPUs).
 DENSEST_MAX_PART = 8
 #: Bounds that search (seconds), computed only when :func:`best_bound` is asked to be thorough.
-THOROUGH_STAGES = ("partition",)
+THOROUGH_STAGES = ("partition", "nested")
 #: Levels with at most this many domains get their cut bounded by CP-SAT as well.
 CUT_CPSAT_MAX_DOMAINS = 8
 #: ... for jobs of at most this many workers,
@@ -646,25 +647,42 @@ def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray])
     groups of 1,024 GPUs holding a TP8 × PP8 × DP64 job must cut 1,536 pipeline pairs (or more
     expensive ones) — exactly what the best plan cuts.
     """
-    grids = _line_split_costs(problem)
-    if not grids:
+    forms = _projection_forms(problem, sizes_by_level)
+    if not any(forms):
         return []
     n = problem.n_workers
-    out = [0.0] * len(sizes_by_level)
-    for m, alpha, beta in grids:  # each grid's bound holds: keep the larger per level
+    return [
+        max([0.0] + [const - _kept_upper(-cost, np.asarray(sizes), n) for cost, const in level])
+        for level, sizes in zip(forms, sizes_by_level, strict=True)
+    ]
+
+
+def _projection_forms(
+    problem: PlacementProblem, sizes_by_level: list[np.ndarray]
+) -> list[list[tuple[np.ndarray, float]]]:
+    """Per level, every ``(cost, const)`` of :func:`projection_cuts`: the level's cut is at least
+    ``const + Σ_P cost[|P|]`` over its domains P, for each rank grid and each choice of form
+    per dimension (cached: they depend on the largest domain of each level only)."""
+    n = problem.n_workers
+    spans = tuple(int(min(np.max(s, initial=0), n)) for s in sizes_by_level)
+    key = ("projection_forms", spans)
+    cached = problem._cache.get(key)
+    if cached is not None:
+        return cached
+    out: list[list[tuple[np.ndarray, float]]] = [[] for _ in sizes_by_level]
+    for m, alpha, beta in _line_split_costs(problem):
         lines = n / m
         for per_part in itertools.product((False, True), repeat=len(m)):
             use = np.array(per_part, dtype=bool)
             if np.any(use & (beta <= 0)):
                 continue
             coef = np.where(use, beta, alpha)  # per dimension: by lines split or by parts short
-            for k, sizes in enumerate(sizes_by_level):
-                span = int(min(np.max(sizes, initial=0), n))
+            const = -float(np.dot(alpha[~use], lines[~use]))
+            for k, span in enumerate(spans):
                 f = _projection_costs(coef, m, lines, span)
                 whole = np.floor(np.arange(span + 1)[:, None] / m)  # lines a part can hold
-                f = f - (whole[:, use] * beta[use]).sum(axis=1)
-                spent = -_kept_upper(-f, np.asarray(sizes), n)
-                out[k] = max(out[k], spent - float(np.dot(alpha[~use], lines[~use])))
+                out[k].append((f - (whole[:, use] * beta[use]).sum(axis=1), const))
+    problem._cache[key] = out
     return out
 
 
@@ -847,6 +865,130 @@ def partition_bound(problem: PlacementProblem) -> float | None:
                 problem._cache["partition_plan"] = _plan_from_partition(problem, k, partition)
         bound += steps[k] * cut
     return bound + linear_floor(problem)
+
+
+#: Largest min-plus work (Σ over convolutions of their lengths' product) of the nested bound.
+NESTED_WORK = 100_000_000
+
+
+def nested_bound(problem: PlacementProblem) -> float | None:
+    """The hierarchical cut bound with the levels coupled: one worker count per domain, nested.
+
+    The per-level bounds (:func:`packing_bound`, :func:`partition_bound`) each choose the best
+    spread of the workers for their own level: all whole nodes for the node cut, the fewest
+    spine groups for the spine cut — even when no plan can do both (the whole nodes lie in
+    spine groups the spine cut would not use). Here every level's cut is bounded by a sum over
+    its domains of a function of the domain's worker count: ``W − Σ_P D[|P|]`` (densest
+    weights: :func:`packing_weights`, and :func:`densest_weights` where the partition bound
+    computed them) or a line-projection form of :func:`projection_cuts` (the best one for that
+    level alone). Every plan gives each domain a count, a child's count within its parent's,
+    so ``objective ≥ e_0·W + min Σ_ℓ step_ℓ · (const_ℓ + Σ_{P at ℓ} cost_ℓ[|P|])`` over all
+    nested counts that fit the free GPUs and sum to n: a dynamic programme up the tree of
+    domains (min-plus convolutions of the children's functions; domains with the same subtree
+    computed once). Every choice of form per level is tried and the largest bound kept.
+    None when fewer than two levels have a cut, or above :data:`NESTED_WORK`.
+    """
+    levels = _cut_levels(problem)
+    if levels is None:
+        return None
+    e, sizes_by_level = levels
+    n = problem.n_workers
+    steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
+    if sum(step > 0 for step in steps) < 2:
+        return None  # one cut: the per-level bounds already see everything
+    cl = problem.cluster
+    assert cl is not None
+    free = np.bincount(cl.gpu_node[problem.locations], minlength=cl.n_nodes)
+    live = np.flatnonzero(free > 0)
+    chain = [live] + [cl.node_group[live, k].astype(np.int64) for k in range(len(steps) - 1)]
+    total = float(problem.gb.sum())
+    spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
+    kmax = min(max(spans), DENSEST_MAX_PART, n)
+    weights = packing_weights(problem, kmax)[: kmax + 1]
+    densest = problem._cache.get("densest_weights")  # exact where the partition bound ran
+    if densest is not None and len(densest) > kmax:
+        weights = np.minimum(weights, densest[: kmax + 1])
+    projection = _projection_forms(problem, sizes_by_level)
+    forms: list[list[tuple[np.ndarray, float]]] = []
+    for k, span in enumerate(spans):
+        if steps[k] <= 0:
+            forms.append([(np.zeros(span + 1), 0.0)])
+            continue
+        size = np.arange(span + 1, dtype=float)
+        kept = np.empty(span + 1)
+        kept[: min(kmax, span) + 1] = weights[: min(kmax, span) + 1]
+        if span > kmax:  # the density bound beyond the searched sizes
+            kept[kmax + 1 :] = (
+                weights[kmax]
+                * size[kmax + 1 :]
+                * (size[kmax + 1 :] - 1)
+                / max(kmax * (kmax - 1), 1)
+            )
+        level = [(-np.minimum(kept, total), total)]
+        alone = [const - _kept_upper(-cost, sizes_by_level[k], n) for cost, const in projection[k]]
+        if alone:  # the projection form best for this level alone
+            level.append(projection[k][int(np.argmax(alone))])
+        forms.append(level)
+    best = None
+    for choice in itertools.product(*forms):
+        costs = [steps[k] * cost for k, (cost, _) in enumerate(choice)]
+        spent = _nested_min(chain, free[live], costs, n)
+        if spent is None:
+            return None
+        value = e[0] * total + sum(steps[k] * c for k, (_, c) in enumerate(choice)) + spent
+        best = value if best is None else max(best, value)
+    return None if best is None else best + linear_floor(problem)
+
+
+def _nested_min(
+    chain: list[np.ndarray], free: np.ndarray, costs: list[np.ndarray], n: int
+) -> float | None:
+    """``min Σ_ℓ Σ_{P at ℓ} costs[ℓ][|P|]`` over nested worker counts (node counts up to their
+    free GPUs, summing to n), bottom-up; None above :data:`NESTED_WORK`. ``chain[ℓ]``: each
+    live node's domain at level ℓ (``chain[0]``: the node itself)."""
+    work = 0
+
+    def minplus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        nonlocal work
+        if len(a) > len(b):
+            a, b = b, a
+        out = np.full(min(len(a) + len(b) - 1, n + 1), np.inf)
+        work += len(a) * len(b)
+        for i in range(min(len(a), n + 1)):
+            if np.isfinite(a[i]):
+                seg = min(len(b), n + 1 - i)
+                np.minimum(out[i : i + seg], a[i] + b[:seg], out=out[i : i + seg])
+        return out
+
+    cache: dict[Any, np.ndarray] = {}
+    current: dict[int, Any] = {}  # domain id at the level below → its subtree's signature
+    for node, f in zip(chain[0].tolist(), free.tolist(), strict=True):
+        key = ("node", int(f))
+        cache.setdefault(key, costs[0][: int(f) + 1].copy())
+        current[node] = key
+    for level in range(1, len(chain)):
+        children: dict[int, dict[int, Any]] = {}
+        for child, parent in zip(chain[level - 1].tolist(), chain[level].tolist(), strict=True):
+            children.setdefault(parent, {})[child] = current[child]
+        nxt = {}
+        for parent, kids in children.items():
+            key = (level, tuple(sorted(kids.values())))
+            if key not in cache:
+                acc = np.zeros(1)
+                for kid in kids.values():
+                    acc = minplus(acc, cache[kid])
+                    if work > NESTED_WORK:
+                        return None
+                span = min(len(acc), len(costs[level]))
+                cache[key] = acc[:span] + costs[level][:span]
+            nxt[parent] = key
+        current = nxt
+    acc = np.zeros(1)
+    for key in current.values():
+        acc = minplus(acc, cache[key])
+        if work > NESTED_WORK:
+            return None
+    return float(acc[n]) if len(acc) > n and np.isfinite(acc[n]) else None
 
 
 def _plan_from_partition(problem: PlacementProblem, level: int, part: np.ndarray) -> np.ndarray:
@@ -1200,6 +1342,7 @@ def _stages(problem: PlacementProblem) -> list[tuple[str, Any]]:
         stages.append(("packing", packing_bound))
         if problem.n_workers <= DENSEST_MAX_WORKERS:
             stages.append(("partition", partition_bound))
+        stages.append(("nested", nested_bound))
     return stages
 
 
