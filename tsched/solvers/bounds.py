@@ -497,16 +497,10 @@ def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
     envelope on ``[0, cap]`` and the n workers take the steepest envelope segments of all
     domains first (domains of one capacity share their segments). Grouped by capacity, that is
     O(distinct capacities · cap log) at any cluster size."""
-    k = len(weights) - 1
     caps = np.minimum(np.asarray(capacities, dtype=np.int64), n)
     caps = caps[caps > 0]
     span = int(caps.max()) if len(caps) else 0
-    sizes = np.arange(span + 1)
-    d = np.empty(span + 1)
-    d[: min(k, span) + 1] = weights[: min(k, span) + 1]
-    if span > k:
-        big = sizes[k + 1 :]
-        d[k + 1 :] = weights[k] * big * (big - 1) / max(k * (k - 1), 1)
+    d = _kept_table(weights, span)
     if len(caps) * span * n > KNAPSACK_WORK:
         return _kept_upper_relaxed(d, caps, n)
     best = np.full(n + 1, -np.inf)
@@ -518,6 +512,18 @@ def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
             np.maximum(nxt[s:], cand, out=nxt[s:])
         best = nxt
     return float(best[n])
+
+
+def _kept_table(weights: np.ndarray, span: int) -> np.ndarray:
+    """``D[s]`` for s = 0 … ``span``: the given weights (searched up to ``k = len − 1``) and the
+    density bound ``D[k]·s(s−1)/(k(k−1))`` beyond them."""
+    k = len(weights) - 1
+    d = np.empty(span + 1)
+    d[: min(k, span) + 1] = weights[: min(k, span) + 1]
+    if span > k:
+        big = np.arange(k + 1, span + 1, dtype=float)
+        d[k + 1 :] = weights[k] * big * (big - 1) / max(k * (k - 1), 1)
+    return d
 
 
 def _kept_upper_relaxed(d: np.ndarray, caps: np.ndarray, n: int) -> float:
@@ -722,12 +728,7 @@ def _line_split_costs(
     grid = layout.rank_grid()
     if factors is not None and len(factors) == sum(size > 1 for size in grid.shape):
         return out  # the product is on this grid already
-    coords = np.empty((n, grid.ndim), dtype=np.int64)
-    index = np.indices(grid.shape)
-    for axis in range(grid.ndim):
-        coords[grid.reshape(-1), axis] = index[axis].reshape(-1)
-    sym = problem.flow_symmetric().tocoo()
-    differs = coords[sym.row] != coords[sym.col]
+    coords, sym, differs = _grid_pairs(problem, grid)
     single = differs.sum(axis=1) == 1
     axis_of = np.argmax(differs, axis=1)
     sizes, costs = [], []
@@ -802,27 +803,52 @@ def packing_bound(problem: PlacementProblem) -> float | None:
     if levels is None:
         return None
     e, sizes_by_level = levels
+    steps, kmax = _level_steps(problem, e, sizes_by_level)
+    weights = packing_weights(problem, kmax)[: kmax + 1]
+    cuts = _search_free_cuts(problem, sizes_by_level, steps, weights)
+    bound = e[0] * float(problem.gb.sum()) + float(np.dot(steps, cuts))
+    return bound + linear_floor(problem)
+
+
+def _level_steps(
+    problem: PlacementProblem, e: np.ndarray, sizes_by_level: list[np.ndarray]
+) -> tuple[np.ndarray, int]:
+    """Each level's cost step ``e_{ℓ+1} − e_ℓ`` (≥ 0), and the largest part size the densest
+    weights are needed for (the largest domain of a level with a step, at most
+    :data:`DENSEST_MAX_PART`)."""
     n = problem.n_workers
-    steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
+    steps = np.array([max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))])
     largest = max(
         (int(min(s.max(), n)) for s, step in zip(sizes_by_level, steps) if step > 0), default=0
     )
-    kmax = min(largest, DENSEST_MAX_PART)
-    weights = packing_weights(problem, kmax)[: kmax + 1]
+    return steps, min(largest, DENSEST_MAX_PART)
+
+
+def _search_free_cuts(
+    problem: PlacementProblem,
+    sizes_by_level: list[np.ndarray],
+    steps: np.ndarray,
+    weights: np.ndarray,
+) -> list[float]:
+    """Per level with a cost step (0 elsewhere), the largest of three lower bounds on its cut:
+    the traffic the densest ``weights`` cannot keep inside its domains (:func:`_kept_upper`),
+    the eigenvalue bound and the line-projection bound."""
+    n = problem.n_workers
     spectral = _spectral_cuts(problem, sizes_by_level)
     projection = projection_cuts(problem, sizes_by_level)
     total = float(problem.gb.sum())
-    bound = e[0] * total
+    out = []
     for k, sizes in enumerate(sizes_by_level):
         if steps[k] <= 0:
+            out.append(0.0)
             continue
         cut = max(total - _kept_upper(weights, sizes, n), 0.0)
         if spectral:
             cut = max(cut, spectral[k])
         if projection:
             cut = max(cut, projection[k])
-        bound += steps[k] * cut
-    return bound + linear_floor(problem)
+        out.append(cut)
+    return out
 
 
 def partition_bound(problem: PlacementProblem) -> float | None:
@@ -848,32 +874,18 @@ def partition_bound(problem: PlacementProblem) -> float | None:
     if levels is None:
         return None
     e, sizes_by_level = levels
-    spectral = _spectral_cuts(problem, sizes_by_level)
-    projection = projection_cuts(problem, sizes_by_level)
-    total = float(problem.gb.sum())
-    steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
-    largest = max(
-        (int(min(s.max(), n)) for s, step in zip(sizes_by_level, steps) if step > 0), default=0
-    )
-    kmax = min(largest, DENSEST_MAX_PART)
+    steps, kmax = _level_steps(problem, e, sizes_by_level)
     weights = np.minimum(
         densest_weights(problem, kmax)[: kmax + 1], packing_weights(problem, kmax)[: kmax + 1]
     )
-    bound = e[0] * total
+    cuts = _search_free_cuts(problem, sizes_by_level, steps, weights)
     for k, sizes in enumerate(sizes_by_level):
-        if steps[k] <= 0:
-            continue
-        cut = max(total - _kept_upper(weights, sizes, n), 0.0)
-        if spectral:
-            cut = max(cut, spectral[k])
-        if projection:
-            cut = max(cut, projection[k])
-        if _few_domains(sizes) and n <= CUT_CPSAT_MAX_WORKERS:
+        if steps[k] > 0 and _few_domains(sizes) and n <= CUT_CPSAT_MAX_WORKERS:
             lower, partition, _ = level_cut_cpsat(problem, sizes)
-            cut = max(cut, lower)
+            cuts[k] = max(cuts[k], lower)
             if partition is not None:  # a candidate plan (auto takes it if it is better)
                 problem._cache["partition_plan"] = _plan_from_partition(problem, k, partition)
-        bound += steps[k] * cut
+    bound = e[0] * float(problem.gb.sum()) + float(np.dot(steps, cuts))
     return bound + linear_floor(problem)
 
 
@@ -903,8 +915,8 @@ def nested_bound(problem: PlacementProblem) -> float | None:
         return None
     e, sizes_by_level = levels
     n = problem.n_workers
-    steps = [max(e[k + 1] - e[k], 0.0) for k in range(len(sizes_by_level))]
-    if sum(step > 0 for step in steps) < 2:
+    steps, kmax = _level_steps(problem, e, sizes_by_level)
+    if np.count_nonzero(steps > 0) < 2:
         return None  # one cut: the per-level bounds already see everything
     cl = problem.cluster
     assert cl is not None
@@ -913,7 +925,6 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     chain = [live] + [cl.node_group[live, k].astype(np.int64) for k in range(len(steps) - 1)]
     total = float(problem.gb.sum())
     spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
-    kmax = min(max(spans), DENSEST_MAX_PART, n)
     weights = packing_weights(problem, kmax)[: kmax + 1]
     densest = problem._cache.get("densest_weights")  # exact where the partition bound ran
     if densest is not None and len(densest) > kmax:
@@ -924,17 +935,7 @@ def nested_bound(problem: PlacementProblem) -> float | None:
         if steps[k] <= 0:
             forms.append([(np.zeros(span + 1), 0.0)])
             continue
-        size = np.arange(span + 1, dtype=float)
-        kept = np.empty(span + 1)
-        kept[: min(kmax, span) + 1] = weights[: min(kmax, span) + 1]
-        if span > kmax:  # the density bound beyond the searched sizes
-            kept[kmax + 1 :] = (
-                weights[kmax]
-                * size[kmax + 1 :]
-                * (size[kmax + 1 :] - 1)
-                / max(kmax * (kmax - 1), 1)
-            )
-        level = [(-np.minimum(kept, total), total)]
+        level = [(-np.minimum(_kept_table(weights, span), total), total)]
         alone = [const - _kept_upper(-cost, sizes_by_level[k], n) for cost, const in projection[k]]
         if alone:  # the projection form best for this level alone
             level.append(projection[k][int(np.argmax(alone))])
@@ -1064,15 +1065,21 @@ def layout_factors(problem: PlacementProblem) -> list[np.ndarray] | None:
     return factors
 
 
-def _grid_factors(problem: PlacementProblem, grid: np.ndarray) -> list[np.ndarray] | None:
-    """:func:`layout_factors` for one rank grid (``grid[coordinates]`` = rank)."""
-    n = problem.n_workers
-    coords = np.empty((n, grid.ndim), dtype=np.int64)
+def _grid_pairs(problem: PlacementProblem, grid: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray]:
+    """Each rank's coordinates on a grid, the symmetrised traffic (COO) and, per stored pair,
+    which coordinates its two ranks differ in."""
+    coords = np.empty((problem.n_workers, grid.ndim), dtype=np.int64)
     index = np.indices(grid.shape)
     for axis in range(grid.ndim):
         coords[grid.reshape(-1), axis] = index[axis].reshape(-1)
     sym = problem.flow_symmetric().tocoo()
-    differs = coords[sym.row] != coords[sym.col]
+    return coords, sym, coords[sym.row] != coords[sym.col]
+
+
+def _grid_factors(problem: PlacementProblem, grid: np.ndarray) -> list[np.ndarray] | None:
+    """:func:`layout_factors` for one rank grid (``grid[coordinates]`` = rank)."""
+    n = problem.n_workers
+    coords, sym, differs = _grid_pairs(problem, grid)
     if np.any(differs.sum(axis=1) != 1):
         return None
     axis_of = np.argmax(differs, axis=1)
