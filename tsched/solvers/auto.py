@@ -225,6 +225,7 @@ def _single(
         greedy = get_solver("greedy").fn(
             problem, time_limit=max(0.05, limit / 4), seed=seed, options={}
         )
+    constructed = time.perf_counter() - start  # greedy's construction (and what came before)
     value = objective(problem, greedy.assignment)
     bound, source = best_bound(problem, target=value, thorough=True)
     cut_plan = problem._cache.get("partition_plan")  # left by the partition bound's CP-SAT cut
@@ -275,12 +276,18 @@ def _single(
     if problem.cluster is not None:
         left = limit - (time.perf_counter() - start)
         share = left / 2 if n > TABU_MAX_WORKERS else left / 3  # no tabu stage above the limit
-        hier = get_solver("hierarchical").fn(
-            problem, time_limit=max(0.05, share), seed=seed, options={}
-        )
-        steps.add("decomposition", "hierarchical", hier)
-        if objective(problem, hier.assignment) < value - tol:
-            current, label = hier, "hierarchical"
+        if n > TABU_MAX_WORKERS and share < constructed:
+            # one decomposition costs about what greedy's construction did, and it cannot stop
+            # midway: started with less time than that, it would overrun the budget
+            steps.add("decomposition skipped (its share of the time is below one pass)",
+                      "hierarchical", None, share=round(share, 3))  # fmt: skip
+        else:
+            hier = get_solver("hierarchical").fn(
+                problem, time_limit=max(0.05, share), seed=seed, options={}
+            )
+            steps.add("decomposition", "hierarchical", hier)
+            if objective(problem, hier.assignment) < value - tol:
+                current, label = hier, "hierarchical"
         if n > TABU_MAX_WORKERS:  # too large for dense tabu: iterated sparse search to the end
             refined, moves = sparse_refine(
                 problem, current.assignment, start + limit, seed=seed, kicks=-1

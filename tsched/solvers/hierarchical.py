@@ -241,11 +241,12 @@ def sparse_refine(
     """Sparse local search (step 4) from ``assignment``; returns (assignment, moves).
 
     Descends pass by pass until no move improves or ``deadline`` (``time.perf_counter``
-    seconds). Then, for up to ``kicks`` rounds (``-1``: until the deadline), an iterated local
-    search: perturb the best plan (a few exchanges of a worker with a GPU near one of its traffic
-    partners, or the workers of its node exchanged with those of a node next to a partner's),
-    descend again, keep the result only if it is better. Per-GPU linear costs are priced in
-    every move, and each worker's cheapest GPU's node joins its candidates. Needs a cluster;
+    seconds; a pass is not started when the last one, repeated, would end past it). Then, for
+    up to ``kicks`` rounds (``-1``: until the deadline), an iterated local search: perturb the
+    best plan (a few exchanges of a worker with a GPU near one of its traffic partners, or the
+    workers of its node exchanged with those of a node next to a partner's), descend again,
+    keep the result only if it is better. Per-GPU linear costs are priced in every move, and
+    each worker's cheapest GPU's node joins its candidates. Needs a cluster;
     otherwise returns the input unchanged.
     """
     cl = problem.cluster
@@ -287,12 +288,19 @@ def sparse_refine(
     )
     tail = (lin, pref_node)
 
+    last_pass = [0.0]  # seconds of the latest pass: no pass starts that would overrun
+
+    def overrun() -> bool:
+        return deadline is not None and time.perf_counter() + last_pass[0] > deadline
+
     def descend() -> int:
         made_total = 0
         while True:
+            began = time.perf_counter()
             _, made = _kernel().local_search(*args, 1, *tail)
+            last_pass[0] = time.perf_counter() - began
             made_total += int(made)
-            if made == 0 or (deadline is not None and time.perf_counter() > deadline):
+            if made == 0 or overrun():
                 return made_total
 
     moves = descend()
@@ -302,7 +310,7 @@ def sparse_refine(
     best = objective(problem, assign)
     round_ = 0
     while kicks < 0 or round_ < kicks:
-        if deadline is not None and time.perf_counter() > deadline:
+        if overrun():
             break
         round_ += 1
         saved_assign, saved_occ = assign.copy(), occ.copy()
