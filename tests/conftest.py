@@ -51,6 +51,28 @@ def fabric(nodes: int, per_leaf: int, gpus: int = 8) -> Cluster:
     )
 
 
+def nvl72_tp4_pp4_dp8() -> PlacementProblem:
+    """Four GB200 NVL72 racks (18 trays of 4 GPUs; trays and racks on links of equal cost)
+    and a 128-worker TP4 × PP4 × DP8 job of a 70B model: the job must span two racks."""
+    from tsched.formats.cluster_yaml import cluster_from_dict
+    from tsched.workload import Layout, ModelSpec, Workload
+
+    doc = {
+        "tsched": "cluster/v1",
+        "name": "nvl72-288",
+        "links": {"nvlink": {"bandwidth": 900}, "nvl": {"bandwidth": 900},
+                  "leaf": {"bandwidth": 50}, "spine": {"bandwidth": 50}},
+        "levels": ["nvl", "leaf", "spine"],
+        "node_types": {"tray": {"gpus": 4, "gpu": {"model": "B200"}, "intra": "nvlink"}},
+        "generate": [{"type": "tray", "count": 72, "fanout": {"nvl": 18, "leaf": 4},
+                      "at": {"spine": "s0"}}],
+    }  # fmt: skip
+    model = ModelSpec(params_b=70, hidden=8192, layers=80, seq_len=8192, micro_batch=1,
+                      micro_batches=16)  # fmt: skip
+    w = Workload.from_layout("j", Layout(tp=4, pp=4, dp=8), model)
+    return PlacementProblem.build(cluster_from_dict(doc, "nvl72"), w)
+
+
 def moe_problem() -> PlacementProblem:
     """A Mixtral-like MoE job (TP2 x EP8 x DP4, 64 workers) on 8 nodes, 4 per leaf."""
     from tsched.workload import Layout, ModelSpec, Workload

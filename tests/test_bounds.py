@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import brute_force, fabric
+from conftest import brute_force, fabric, nvl72_tp4_pp4_dp8
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -308,22 +308,8 @@ def test_auto_adopts_the_cut_plan_where_greedy_splits_pipelines() -> None:
     fills the first rack and splits pipelines; the CP-SAT cut keeps them whole, and auto takes
     that plan, 5 % better, which the projection bound proves optimal."""
     import tsched
-    from tsched.formats.cluster_yaml import cluster_from_dict
 
-    doc = {
-        "tsched": "cluster/v1",
-        "name": "nvl72-288",
-        "links": {"nvlink": {"bandwidth": 900}, "nvl": {"bandwidth": 900},
-                  "leaf": {"bandwidth": 50}, "spine": {"bandwidth": 50}},
-        "levels": ["nvl", "leaf", "spine"],
-        "node_types": {"tray": {"gpus": 4, "gpu": {"model": "B200"}, "intra": "nvlink"}},
-        "generate": [{"type": "tray", "count": 72, "fanout": {"nvl": 18, "leaf": 4},
-                      "at": {"spine": "s0"}}],
-    }  # fmt: skip
-    model = ModelSpec(params_b=70, hidden=8192, layers=80, seq_len=8192, micro_batch=1,
-                      micro_batches=16)  # fmt: skip
-    w = Workload.from_layout("j", Layout(tp=4, pp=4, dp=8), model)
-    problem = PlacementProblem.build(cluster_from_dict(doc, "nvl72"), w)
+    problem = nvl72_tp4_pp4_dp8()
     greedy = tsched.solve(problem, method="greedy", seed=0)
     result = tsched.solve(problem, method="auto", seed=0, time_limit=10)
     assert result.objective < 0.97 * greedy.objective

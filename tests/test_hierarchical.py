@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import brute_force, fabric, moe_problem, small_cluster
+from conftest import brute_force, fabric, moe_problem, nvl72_tp4_pp4_dp8, small_cluster
 
 import tsched
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
@@ -228,27 +228,12 @@ def test_even_split_over_the_same_racks_keeps_pipeline_stages_whole() -> None:
     job of 128 workers: filling the first rack (72 + 56) splits pipelines; 64 + 64, the even
     split over the same two racks, cuts only between stages. The decomposition tries both and
     keeps the smaller cut, reaching the optimum the bounds prove (39.592)."""
-    from tsched.formats.cluster_yaml import cluster_from_dict
     from tsched.solvers.hierarchical import _even_sizes
 
     assert _even_sizes(np.array([72, 72]), 128).tolist() == [64, 64]
     assert _even_sizes(np.array([10, 3, 10]), 20).tolist() == [9, 3, 8]
-    doc = {
-        "tsched": "cluster/v1",
-        "name": "nvl72-288",
-        "links": {"nvlink": {"bandwidth": 900}, "nvl": {"bandwidth": 900},
-                  "leaf": {"bandwidth": 50}, "spine": {"bandwidth": 50}},
-        "levels": ["nvl", "leaf", "spine"],
-        "node_types": {"tray": {"gpus": 4, "gpu": {"model": "B200"}, "intra": "nvlink"}},
-        "generate": [{"type": "tray", "count": 72, "fanout": {"nvl": 18, "leaf": 4},
-                      "at": {"spine": "s0"}}],
-    }  # fmt: skip
-    cluster = cluster_from_dict(doc, "nvl72")
-    model = ModelSpec(params_b=70, hidden=8192, layers=80, seq_len=8192, micro_batch=1,
-                      micro_batches=16)  # fmt: skip
-    problem = PlacementProblem.build(
-        cluster, Workload.from_layout("j", Layout(tp=4, pp=4, dp=8), model)
-    )
+    problem = nvl72_tp4_pp4_dp8()
+    cluster = problem.cluster
     result = tsched.solve(problem, method="hierarchical", seed=0)
     racks = cluster.node_group[cluster.gpu_node[problem.locations[result.assignment]], 0]
     assert sorted(np.bincount(racks)[np.bincount(racks) > 0].tolist()) == [64, 64]
