@@ -26,18 +26,24 @@ __all__ = ["add_parsers"]
 OUTPUT_RESERVE = 0.5
 
 
-def _solve_and_report(problem: Any, args: argparse.Namespace) -> Any:
+def _budget(args: argparse.Namespace) -> float | None:
+    """The time limit the solver gets: ``--time-limit`` when given; for ``auto`` without it,
+    what is left of the default budget once start-up and reading are paid, less the output's
+    reserve (the whole command within the default); otherwise none."""
     import time
 
     import tsched
     from tsched.solvers.auto import DEFAULT_TIME_LIMIT
+
+    if args.time_limit is not None or args.method != "auto":
+        return args.time_limit
+    spent = time.perf_counter() - tsched.STARTED
+    return round(max(1.0, DEFAULT_TIME_LIMIT - spent - OUTPUT_RESERVE), 2)
+
+
+def _solve_and_report(problem: Any, args: argparse.Namespace, limit: float | None) -> Any:
     from tsched.solvers.registry import solve
 
-    limit = args.time_limit
-    if limit is None and args.method == "auto":  # the whole command within the default budget:
-        spent = time.perf_counter() - tsched.STARTED  # start-up and reading count too
-        limit = round(max(1.0, DEFAULT_TIME_LIMIT - spent - OUTPUT_RESERVE), 2)
-    args.effective_time_limit = limit
     console = stderr_console(args.quiet or args.json)
     with console.status(
         f"solving {problem.name} with {args.method} "
@@ -64,7 +70,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         check_fresh(cluster, args.max_age * 3600.0)
     workload = tsched.load_workload(args.workload)
     problem = tsched.PlacementProblem.build(cluster, workload)
-    result = _solve_and_report(problem, args)
+    limit = _budget(args)
+    result = _solve_and_report(problem, args, limit)
     plan = result.plan()
     ok = result.assignment is not None
     validation = None
@@ -81,7 +88,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.explain:
         from tsched.explain import explain
 
-        doc = explain(problem, result, method=args.method, time_limit=args.effective_time_limit,
+        doc = explain(problem, result, method=args.method, time_limit=limit,
                       validation=validation)  # fmt: skip
     if args.json:
         out_doc = plan.to_dict()
@@ -188,7 +195,7 @@ def cmd_qap(args: argparse.Namespace) -> int:
     inst = read_dat(args.file)
     problem = PlacementProblem.from_qap(inst.flow, inst.distance, name=inst.name)
     args.quiet = getattr(args, "quiet", False)
-    result = _solve_and_report(problem, args)
+    result = _solve_and_report(problem, args, _budget(args))
     doc = result.qap_dict(inst.name)
     if args.json:
         print(json.dumps(doc))

@@ -629,15 +629,7 @@ def _split_cost(factor: np.ndarray, line: bool) -> tuple[float, float]:
     if line:
         cycle = np.count_nonzero(factor) // 2 == m and m > 2
         return (w * m / (m - 1), w) if cycle else (w, w / 2)
-    adj = factor > 0
-    seen = {0}
-    stack = [0]
-    while stack:
-        for v in np.flatnonzero(adj[stack.pop()]).tolist():
-            if v not in seen:
-                seen.add(v)
-                stack.append(v)
-    return (w, w / 2) if len(seen) == m else (0.0, 0.0)
+    return (w, w / 2) if _connected(factor > 0) else (0.0, 0.0)
 
 
 def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray]) -> list[float]:
@@ -662,14 +654,33 @@ def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray])
     groups of 1,024 GPUs holding a TP8 × PP8 × DP64 job must cut 1,536 pipeline pairs (or more
     expensive ones) — exactly what the best plan cuts.
     """
+    best = _projection_best(problem, sizes_by_level)
+    return [value for value, _ in best] if best else []
+
+
+def _projection_best(
+    problem: PlacementProblem, sizes_by_level: list[np.ndarray]
+) -> list[tuple[float, tuple[np.ndarray, float] | None]]:
+    """Per level, :func:`projection_cuts`'s bound and the ``(cost, const)`` form that gives it
+    (None where no form beats 0); [] without a rank grid. Cached for the level sizes: the
+    packing, partition and nested bounds all ask."""
+    key = ("projection_best", tuple(np.asarray(s, dtype=float).tobytes() for s in sizes_by_level))
+    cached = problem._cache.get(key)
+    if cached is not None:
+        return cached
     forms = _projection_forms(problem, sizes_by_level)
-    if not any(forms):
-        return []
-    n = problem.n_workers
-    return [
-        max([0.0] + [const - _kept_upper(-cost, np.asarray(sizes), n) for cost, const in level])
-        for level, sizes in zip(forms, sizes_by_level, strict=True)
-    ]
+    out: list[tuple[float, tuple[np.ndarray, float] | None]] = []
+    if any(forms):
+        n = problem.n_workers
+        for level, sizes in zip(forms, sizes_by_level, strict=True):
+            best: tuple[float, tuple[np.ndarray, float] | None] = (0.0, None)
+            for cost, const in level:
+                value = const - _kept_upper(-cost, np.asarray(sizes), n)
+                if value > best[0]:
+                    best = (value, (cost, const))
+            out.append(best)
+    problem._cache[key] = out
+    return out
 
 
 def _projection_forms(
@@ -741,14 +752,8 @@ def _line_split_costs(
             costs.append((0.0, 0.0))
             continue
         rows, cols, data = sym.row[mine], sym.col[mine], sym.data[mine]
-        line = grid[tuple(slice(None) if a == axis else 0 for a in range(grid.ndim))]
-        factor = np.zeros((size, size))
-        first = np.isin(rows, line) & np.isin(cols, line)
-        factor[coords[rows[first], axis], coords[cols[first], axis]] = data[first]
-        want = factor[coords[rows, axis], coords[cols, axis]]
-        if np.allclose(data, want, rtol=1e-12, atol=0.0) and len(data) == np.count_nonzero(
-            factor
-        ) * (n // size):
+        factor = _line_factor(grid, coords, axis, rows, cols, data)
+        if factor is not None:
             costs.append(_split_cost(factor, _line_like(factor)))
             continue
         import scipy.sparse as sp
@@ -929,16 +934,15 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     densest = problem._cache.get("densest_weights")  # exact where the partition bound ran
     if densest is not None and len(densest) > kmax:
         weights = np.minimum(weights, densest[: kmax + 1])
-    projection = _projection_forms(problem, sizes_by_level)
+    projection = _projection_best(problem, sizes_by_level)
     forms: list[list[tuple[np.ndarray, float]]] = []
     for k, span in enumerate(spans):
         if steps[k] <= 0:
             forms.append([(np.zeros(span + 1), 0.0)])
             continue
         level = [(-np.minimum(_kept_table(weights, span), total), total)]
-        alone = [const - _kept_upper(-cost, sizes_by_level[k], n) for cost, const in projection[k]]
-        if alone:  # the projection form best for this level alone
-            level.append(projection[k][int(np.argmax(alone))])
+        if projection and projection[k][1] is not None:  # the form best for this level alone
+            level.append(projection[k][1])
         forms.append(level)
     best = None
     for choice in itertools.product(*forms):
@@ -1078,27 +1082,43 @@ def _grid_pairs(problem: PlacementProblem, grid: np.ndarray) -> tuple[np.ndarray
 
 def _grid_factors(problem: PlacementProblem, grid: np.ndarray) -> list[np.ndarray] | None:
     """:func:`layout_factors` for one rank grid (``grid[coordinates]`` = rank)."""
-    n = problem.n_workers
     coords, sym, differs = _grid_pairs(problem, grid)
     if np.any(differs.sum(axis=1) != 1):
         return None
     axis_of = np.argmax(differs, axis=1)
     factors = []
-    expected = 0
     for axis, size in enumerate(grid.shape):
         if size == 1:
             continue
-        line = grid[tuple(slice(None) if a == axis else 0 for a in range(grid.ndim))]
-        factor = problem.flow_symmetric()[line][:, line].toarray()
         mine = axis_of == axis
-        want = factor[coords[sym.row[mine], axis], coords[sym.col[mine], axis]]
-        if not np.allclose(sym.data[mine], want, rtol=1e-12, atol=0.0):
+        factor = _line_factor(grid, coords, axis, sym.row[mine], sym.col[mine], sym.data[mine])
+        if factor is None:
             return None
-        expected += np.count_nonzero(factor) * (n // size)
         factors.append(factor)
-    if expected != sym.nnz:
-        return None
     return factors
+
+
+def _line_factor(
+    grid: np.ndarray,
+    coords: np.ndarray,
+    axis: int,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    data: np.ndarray,
+) -> np.ndarray | None:
+    """The factor graph of dimension ``axis``, read off its first line, when the given pairs
+    (all differing in that coordinate only) put the same graph on every line: each pair carries
+    the first line's weight for its coordinates, and the pair counts agree. None otherwise."""
+    size = grid.shape[axis]
+    line = grid[tuple(slice(None) if a == axis else 0 for a in range(grid.ndim))]
+    factor = np.zeros((size, size))
+    first = np.isin(rows, line) & np.isin(cols, line)
+    factor[coords[rows[first], axis], coords[cols[first], axis]] = data[first]
+    want = factor[coords[rows, axis], coords[cols, axis]]
+    lines = grid.size // size
+    if len(data) != np.count_nonzero(factor) * lines:
+        return None
+    return factor if np.allclose(data, want, rtol=1e-12, atol=0.0) else None
 
 
 #: Largest dimension :func:`_rank_digits` accepts (its factor graph is a dense matrix).
@@ -1169,16 +1189,20 @@ def _line_like(factor: np.ndarray) -> bool:
     """Whether a factor graph is one path or one cycle (connected, no vertex of degree > 2):
     then any h of its vertices, fewer than all, induce a union of paths."""
     adj = factor > 0
-    if adj.sum(axis=1).max(initial=0) > 2:
-        return False
+    return adj.sum(axis=1).max(initial=0) <= 2 and _connected(adj)
+
+
+def _connected(adj: np.ndarray) -> bool:
+    """Whether a small dense adjacency matrix is one connected graph (a walk from vertex 0;
+    factor graphs have a few dozen vertices, so no graph library is loaded for them)."""
     seen = {0}
     stack = [0]
-    while stack:  # a walk from vertex 0 (degree ≤ 2: at most m steps)
+    while stack:
         for v in np.flatnonzero(adj[stack.pop()]).tolist():
             if v not in seen:
                 seen.add(v)
                 stack.append(v)
-    return len(seen) == len(factor)
+    return len(seen) == len(adj)
 
 
 def _factor_cover(factor: np.ndarray, h: int, line: bool) -> np.ndarray:

@@ -288,17 +288,18 @@ def sparse_refine(
     )
     tail = (lin, pref_node)
 
-    last_pass = [0.0]  # seconds of the latest pass: no pass starts that would overrun
+    last_pass = 0.0  # seconds of the latest pass: no pass starts that would overrun
 
     def overrun() -> bool:
-        return deadline is not None and time.perf_counter() + last_pass[0] > deadline
+        return deadline is not None and time.perf_counter() + last_pass > deadline
 
     def descend() -> int:
+        nonlocal last_pass
         made_total = 0
         while True:
             began = time.perf_counter()
             _, made = _kernel().local_search(*args, 1, *tail)
-            last_pass[0] = time.perf_counter() - began
+            last_pass = time.perf_counter() - began
             made_total += int(made)
             if made == 0 or overrun():
                 return made_total
