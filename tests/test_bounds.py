@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from conftest import brute_force, fabric, nvl72_tp4_pp4_dp8
@@ -377,6 +379,16 @@ def test_packing_weights_bound_any_traffic(seed, n) -> None:
     exact = _kept_upper(weights, caps, n)
     d = np.array([weights[min(s, n)] for s in range(int(caps.max()) + 1)])
     assert _kept_upper_relaxed(d, caps, n) >= exact - 1e-9
+    from tsched.solvers import _densest_kernel as kernel
+
+    plain = getattr(kernel.knapsack, "py_func", kernel.knapsack)  # the same loop, uncompiled
+    assert plain(d, caps.astype(np.int64), n) == exact
+    brute = max(
+        (sum(d[x] for x in split) for split in itertools.product(*(range(c + 1) for c in caps))
+         if sum(split) == n),
+        default=-np.inf,
+    )  # fmt: skip
+    assert exact == pytest.approx(brute, rel=1e-12)
 
 
 @st.composite

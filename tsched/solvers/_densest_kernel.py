@@ -1,5 +1,6 @@
-"""Compiled kernel of the densest-subgraph search behind the partition bound
-(:func:`tsched.solvers.bounds.partition_bound`; numba when installed, plain Python otherwise).
+"""Compiled kernels behind the partition and packing bounds (numba when installed, plain Python
+otherwise): the densest-subgraph search (:func:`tsched.solvers.bounds.partition_bound`) and the
+knapsack over a level's domains (:func:`tsched.solvers.bounds._kept_upper`).
 
 ``search`` finds the largest total weight of ``size`` vertices of a dense symmetric weight
 matrix ``a`` (zero diagonal, non-negative, vertices sorted by weighted degree), depth first over
@@ -20,7 +21,7 @@ import numpy as np
 
 from tsched.solvers._bnb_kernel import HAVE_NUMBA, njit
 
-__all__ = ["HAVE_NUMBA", "search"]
+__all__ = ["HAVE_NUMBA", "search", "knapsack"]
 
 
 @njit(cache=True)
@@ -115,3 +116,24 @@ def search(a, top, size, known, incumbent, max_visits):  # pragma: no cover - co
         depth += 1
         entering = True
     return best, True
+
+
+@njit(cache=True)
+def knapsack(d, caps, n):  # pragma: no cover - compiled
+    """``max Σ_k d[s_k]`` over ``0 ≤ s_k ≤ caps[k]`` with ``Σ s_k = n`` (−inf if none): the
+    dynamic programme of :func:`tsched.solvers.bounds._kept_upper`, domain by domain, with the
+    same sums and maxima as its array form."""
+    best = np.full(n + 1, -np.inf)
+    best[0] = 0.0
+    nxt = np.empty(n + 1)
+    for k in range(caps.shape[0]):
+        for t in range(n + 1):
+            nxt[t] = best[t]
+        for s in range(1, caps[k] + 1):
+            for t in range(s, n + 1):
+                cand = best[t - s] + d[s]
+                if cand > nxt[t]:
+                    nxt[t] = cand
+        for t in range(n + 1):
+            best[t] = nxt[t]
+    return best[n]

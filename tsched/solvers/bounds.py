@@ -484,6 +484,8 @@ def _greedy_densest(a: np.ndarray, size: int) -> float:
 #: Largest knapsack (domains × largest capacity × workers) solved exactly by dynamic
 #: programming in :func:`_kept_upper`; larger ones take its linear relaxation.
 KNAPSACK_WORK = 20_000_000
+#: ... and above this much, by the compiled loop (below it, loading numba costs more than it saves).
+KNAPSACK_COMPILED = 200_000
 
 
 def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
@@ -503,6 +505,11 @@ def _kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
     d = _kept_table(weights, span)
     if len(caps) * span * n > KNAPSACK_WORK:
         return _kept_upper_relaxed(d, caps, n)
+    if len(caps) * span * n > KNAPSACK_COMPILED:
+        from tsched.solvers import _densest_kernel as kernel
+
+        if kernel.HAVE_NUMBA:  # the same loop compiled: a knapsack per level and form
+            return float(kernel.knapsack(np.ascontiguousarray(d, dtype=np.float64), caps, n))
     best = np.full(n + 1, -np.inf)
     best[0] = 0.0
     for cap in caps:
@@ -632,7 +639,11 @@ def _split_cost(factor: np.ndarray, line: bool) -> tuple[float, float]:
     return (w, w / 2) if _connected(factor > 0) else (0.0, 0.0)
 
 
-def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray]) -> list[float]:
+def projection_cuts(
+    problem: PlacementProblem,
+    sizes_by_level: list[np.ndarray],
+    steps: np.ndarray | None = None,
+) -> list[float]:
     """A lower bound on each level's cut for a parallel layout, from how many lines of each
     dimension a domain's workers must touch; [] for traffic without a rank grid.
 
@@ -654,17 +665,22 @@ def projection_cuts(problem: PlacementProblem, sizes_by_level: list[np.ndarray])
     groups of 1,024 GPUs holding a TP8 × PP8 × DP64 job must cut 1,536 pipeline pairs (or more
     expensive ones) — exactly what the best plan cuts.
     """
-    best = _projection_best(problem, sizes_by_level)
+    best = _projection_best(problem, sizes_by_level, steps)
     return [value for value, _ in best] if best else []
 
 
 def _projection_best(
-    problem: PlacementProblem, sizes_by_level: list[np.ndarray]
+    problem: PlacementProblem,
+    sizes_by_level: list[np.ndarray],
+    steps: np.ndarray | None = None,
 ) -> list[tuple[float, tuple[np.ndarray, float] | None]]:
     """Per level, :func:`projection_cuts`'s bound and the ``(cost, const)`` form that gives it
-    (None where no form beats 0); [] without a rank grid. Cached for the level sizes: the
+    (None where no form beats 0); [] without a rank grid. Levels whose cost ``steps`` are 0
+    (no pair pays for crossing them) are not bounded. Cached for the level sizes: the
     packing, partition and nested bounds all ask."""
-    key = ("projection_best", tuple(np.asarray(s, dtype=float).tobytes() for s in sizes_by_level))
+    live = [True] * len(sizes_by_level) if steps is None else [bool(x > 0) for x in steps]
+    key = ("projection_best", tuple(live),
+           tuple(np.asarray(s, dtype=float).tobytes() for s in sizes_by_level))  # fmt: skip
     cached = problem._cache.get(key)
     if cached is not None:
         return cached
@@ -672,9 +688,9 @@ def _projection_best(
     out: list[tuple[float, tuple[np.ndarray, float] | None]] = []
     if any(forms):
         n = problem.n_workers
-        for level, sizes in zip(forms, sizes_by_level, strict=True):
+        for level, sizes, wanted in zip(forms, sizes_by_level, live, strict=True):
             best: tuple[float, tuple[np.ndarray, float] | None] = (0.0, None)
-            for cost, const in level:
+            for cost, const in level if wanted else ():
                 value = const - _kept_upper(-cost, np.asarray(sizes), n)
                 if value > best[0]:
                     best = (value, (cost, const))
@@ -840,7 +856,7 @@ def _search_free_cuts(
     the eigenvalue bound and the line-projection bound."""
     n = problem.n_workers
     spectral = _spectral_cuts(problem, sizes_by_level)
-    projection = projection_cuts(problem, sizes_by_level)
+    projection = projection_cuts(problem, sizes_by_level, steps)
     total = float(problem.gb.sum())
     out = []
     for k, sizes in enumerate(sizes_by_level):
@@ -934,7 +950,7 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     densest = problem._cache.get("densest_weights")  # exact where the partition bound ran
     if densest is not None and len(densest) > kmax:
         weights = np.minimum(weights, densest[: kmax + 1])
-    projection = _projection_best(problem, sizes_by_level)
+    projection = _projection_best(problem, sizes_by_level, steps)
     forms: list[list[tuple[np.ndarray, float]]] = []
     for k, span in enumerate(spans):
         if steps[k] <= 0:
