@@ -4,6 +4,7 @@ and the mocker's measured behaviour, the formats, and ``tsched agents simulate``
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -233,6 +234,125 @@ def test_capacity_holds_after_every_tick_under_random_events(policy):
                 waiting.discard(p)
                 inflight.add(p)
     assert s.stats["pauses"] > 0 and s.stats["resumes"] > 0
+
+
+def open_sched(caps=(10_000,)) -> tuple[ProgramScheduler, Clock]:
+    """tsched in its open regime (set directly: the regime choice has its own test below)."""
+    s, clock = sched("tsched", caps=caps)
+    s.regime, s.overcommit = "open", math.inf
+    return s, clock
+
+
+def test_call_gate_holds_calls_beyond_kv_smallest_first_and_aged_calls_first():
+    s, clock = open_sched()
+    assert s.request("a", 4000) == [("a", 0)]
+    assert s.request("b", 4000) == [("b", 0)]
+    assert s.request("c", 3000) == []  # 8,000 in flight: 3,000 more do not fit 10,000
+    assert s.request("d", 1500) == [("d", 0)]  # the smaller call fits beside them: overtakes
+    assert list(s.gate) == ["c"] and s.stats["held_calls"] == 1
+    clock.t = 2.0
+    assert s.response("a", 4000, 0) == [("c", 0)]  # room again: the held call goes
+    assert s.replicas[0].inflight_tokens == 4000 + 1500 + 3000 and not s.gate
+    # the mean call time is now 2 s; a call held longer than that goes before smaller ones
+    s.response("b", 4000, 0)
+    s.response("d", 1500, 0)  # c (3,000) alone in flight
+    assert s.request("e", 7500) == []  # 7,500 > the 7,000 left
+    clock.t = 5.0  # e has waited 3 s, more than a call takes
+    assert s.request("f", 1000) == [("f", 0)]  # fits beside c
+    assert s.request("g", 6500) == []
+    # 9,000 free: room for e or g, not both. e goes, not the smaller g: it waited longer than
+    # a call takes
+    assert s.response("c", 3000, 0) == [("e", 0)]
+    assert list(s.gate) == ["g"]
+
+
+def test_call_gate_counts_the_shared_prompt_once_and_moves_calls_to_a_replica_with_room():
+    s, clock = open_sched(caps=(5000,))
+    assert s.request("p", 3000) == [("p", 0)]
+    s.response("p", 3000, 0, cached_tokens=1000)  # a first call hits only the system prompt
+    assert s._prefix_seen == 1000
+    assert s.request("p", 3000) == [("p", 0)]
+    # 3,000 more beside p hold 2,000 new blocks: the system prompt is there once
+    assert s.request("q", 3000) == [("q", 0)]
+    assert s.request("r", 2000) == []  # 1,000 new blocks, none left
+    s, clock = open_sched(caps=(5000, 5000))
+    assert s.request("p", 1000) == [("p", 0)]
+    assert s.request("r", 500) == [("r", 1)]  # new programs: the least used replica
+    s.response("r", 500, 0)
+    assert s.request("q", 4000) == [("q", 1)]
+    # r's replica holds q's 4,000: its 2,000-token call goes where there is room
+    assert s.request("r", 2000) == [("r", 0)] and s.programs["r"].replica == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_call_gate_accounting_and_no_call_lost_under_random_events(seed):
+    """Random requests, answers, aborts (sent and waiting), releases and a replica failure:
+    after every event each replica's in-flight tokens are its programs' calls in flight, the
+    gate holds only waiting calls of active programs, and at the end every call is answered."""
+    rng = random.Random(seed)
+    s, clock = open_sched(caps=(6000, 4000, 5000))
+    sizes = {f"p{k}": rng.randint(200, 2500) for k in range(30)}
+    sent: dict[str, int] = {}
+    waiting: set[str] = set()
+
+    def take(woken):
+        for pid, _ in woken:
+            assert pid in waiting, pid
+            waiting.discard(pid)
+            sent[pid] = s.programs[pid].replica
+
+    def check():
+        for i, rep in enumerate(s.replicas):
+            mine = sum(p.sent_tokens for p in s.programs.values() if p.replica == i)
+            assert rep.inflight_tokens == pytest.approx(mine, abs=1e-6), i
+            assert rep.inflight == sum(p.inflight for p in s.programs.values() if p.replica == i)
+        for pid, prog in s.gate.items():
+            assert prog.pending and prog.state == "active" and pid in waiting
+
+    for step in range(2500):
+        clock.t += rng.random() * 0.5
+        pid = rng.choice(list(sizes))
+        roll = rng.random()
+        if pid in sent:
+            if roll < 0.1:
+                take(s.abort(pid))
+            elif roll < 0.15:  # released mid-call (its answer, if any, is ignored)
+                take(s.release(pid))
+            else:
+                take(s.response(pid, sizes[pid], 30, rng.randint(0, sizes[pid])))
+                sizes[pid] += rng.randint(0, 400)
+            del sent[pid]
+        elif pid in waiting:
+            if roll < 0.2:
+                waiting.discard(pid)
+                take(s.abort(pid, sent=False))
+        elif roll < 0.85:
+            waiting.add(pid)
+            take(s.request(pid, sizes[pid]))
+        else:
+            take(s.release(pid))
+            sizes[pid] = rng.randint(200, 2500)
+        if step == 1200:
+            for pid in [p for p, r in sent.items() if r == 1]:
+                del sent[pid]  # their calls failed with the replica
+                waiting.add(pid)  # ... and the clients ask again
+            take(s.set_replica_up(1, False))
+            for pid in sorted(waiting):
+                if pid in s.programs and not s.programs[pid].pending:
+                    take(s.request(pid, sizes[pid]))
+        if step == 1800:
+            take(s.set_replica_up(1, True))
+        if step % 25 == 0:
+            take(s.tick())
+        check()
+    assert s.stats["held_calls"] > 50
+    while sent or waiting:  # answer everything: every held call is sent in the end
+        assert sent, sorted(waiting)
+        pid = sorted(sent)[0]
+        del sent[pid]
+        take(s.response(pid, sizes[pid], 30))
+        check()
+    assert not s.gate and all(r.inflight_tokens == pytest.approx(0) for r in s.replicas)
 
 
 @pytest.mark.parametrize(("engine", "regime"), [("prefill-heavy", "bounded"), ("mocker", "open")])

@@ -44,8 +44,10 @@ Policies (:data:`POLICIES`):
     its recompute would stall is paused; a program idle longer than ``idle_ttl`` is released; a
     failed or abandoned call returns the program to acting, so nothing stays reasoning forever;
     and a cost model from the engine profile chooses between the bounded regime (contexts within
-    capacity) and the open one (every program admitted) — see :meth:`_choose_regime`. Counting
-    the shared system prompt once is an option (``count_shared_once``), off by default.
+    capacity) and the open one (every program admitted) — see :meth:`_choose_regime`. In the open
+    regime a call gate holds calls that no replica's KV has room for, and sends them smallest
+    first with overtaking bounded by one call time — see :meth:`_drain_gate`. Counting the shared
+    system prompt once against programs is an option (``count_shared_once``), off by default.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ class Program:
     last_seen: float = 0.0
     known: int = 0  # context from the last usage (prompt + answer)
     away_mark: float = 0.0  # replica's pushed-token counter when the program left it
+    sent_tokens: float = 0.0  # tokens its calls in flight count on their replica (call gate)
+    gated_at: float = 0.0  # when its call reached the gate
+    sent_at: float = 0.0  # when its last call was sent
 
 
 @dataclass(slots=True)
@@ -108,6 +113,7 @@ class ReplicaState:
     programs: dict[str, None] = field(default_factory=dict)
     inflight: int = 0
     pushed_tokens: float = 0.0  # uncached prompt tokens sent here (drives the LRU estimate)
+    inflight_tokens: float = 0.0  # prompt + answer tokens of the calls in flight here
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,15 @@ class SchedulerConfig:
         that holds paused programs' caches, which the engine's LRU evicts in its own order; with
         it on, more programs are admitted and the hit rate falls (0.56 vs 0.63 at 32 SWE-like
         programs on two prefill-heavy replicas of 59k tokens).
+    call_gate
+        tsched, open regime: hold a call while no replica has KV room for it (the calls in flight,
+        the shared prompt once), send held calls smallest context first, a call held longer than
+        the mean call time before them. On by default; off sends every call at once, as before.
+        In simulation, 35 SWE-like programs on two mocker-timed replicas of 59k tokens (twice
+        the KV), 5 seeds: p50 step 2.77 ± 0.18 s with it against 3.25 ± 0.15 without and
+        3.36 ± 0.19 for round-robin; p99 5.31 against 4.82 and 5.68; steps/min alike (484, 483,
+        475). Without the bound on overtaking (smallest first only) p50 fell to 2.1 s but p99
+        rose to 27 s; first come first served through the gate gave p50 3.21 s.
     """
 
     tick_seconds: float = 5.0
@@ -146,6 +161,7 @@ class SchedulerConfig:
     idle_ttl: float | None = 600.0
     overcommit: float | None = None
     count_shared_once: bool = False
+    call_gate: bool = True
 
 
 class ProgramScheduler:
@@ -206,7 +222,8 @@ class ProgramScheduler:
         self._tool_samples: list[float] = []
         self.shared_prefix = 0  # tokens every program shares (tsched learns it)
         self.stats = {"pauses": 0, "resumes": 0, "marks": 0, "forced_resumes": 0,
-                      "ttl_releases": 0, "warm_resumes": 0, "migrations": 0}  # fmt: skip
+                      "ttl_releases": 0, "warm_resumes": 0, "migrations": 0,
+                      "held_calls": 0}  # fmt: skip
         self.profile = profile
         self.overcommit = 1.0  # tsched: inf in the open regime
         self.regime = "bounded"  # pauses nobody while every context fits
@@ -215,6 +232,9 @@ class ProgramScheduler:
         self._output = 0.0  # EMA of answer tokens per call
         self._cold_firsts = 0
         self._regime_at = -math.inf
+        self.gate: dict[str, Program] = {}  # calls held until their replica's KV has room
+        self._prefix_seen = 0  # the system prompt every program shares (first calls' hits)
+        self._call_time = 0.0  # EMA of seconds from sending a call to its answer
         if policy == "tsched" and self.config.overcommit is not None:
             self.overcommit = max(1.0, self.config.overcommit)
 
@@ -262,6 +282,13 @@ class ProgramScheduler:
             if self.replicas[prog.replica].inflight > self.replicas[least].inflight + 1:
                 self._unbind(prog)
                 self._bind(prog, least)
+            if self.config.call_gate:
+                prog.gated_at = now
+                self.gate[prog.id] = prog
+                woken = self._drain_gate()
+                if prog.id in self.gate:
+                    self.stats["held_calls"] += 1
+                return woken
         return self._dispatch(prog)
 
     def response(
@@ -284,8 +311,11 @@ class ProgramScheduler:
         if self.policy == "tsched" and now - self._regime_at >= 1.0:  # decide early, then often
             self._regime_at = now
             self._choose_regime()
+        if self.policy == "tsched" and prog.sent_at > 0.0:
+            took = now - prog.sent_at
+            self._call_time = took if self._call_time == 0 else 0.9 * self._call_time + 0.1 * took
         prog.steps += 1
-        if prog.steps == 1 and self.policy == "tsched" and self.config.count_shared_once:
+        if prog.steps == 1 and self.policy == "tsched":
             self._learn_shared_prefix(int(cached_tokens))
         if prog.marked and prog.inflight == 0:
             self._pause(prog, now)
@@ -301,6 +331,8 @@ class ProgramScheduler:
             return []
         if not sent:
             prog.pending = max(prog.pending - 1, 0)
+            if not prog.pending:
+                self.gate.pop(program_id, None)
             if prog.inflight or prog.pending:
                 return []
             if prog.steps == 0:  # a new program that never ran holds nothing: forget it
@@ -320,8 +352,10 @@ class ProgramScheduler:
             return []
         if prog.replica is not None:
             self.replicas[prog.replica].inflight -= prog.inflight
+            self.replicas[prog.replica].inflight_tokens -= prog.sent_tokens
         self._unbind(prog)
         self.queue.pop(program_id, None)
+        self.gate.pop(program_id, None)
         prog.state = "done"
         return self._after_free()
 
@@ -335,6 +369,8 @@ class ProgramScheduler:
         for pid in list(rep.programs):
             prog = self.programs[pid]
             prog.inflight = 0
+            prog.sent_tokens = 0.0
+            self.gate.pop(pid, None)
             self._unbind(prog)
             prog.origin = None
             prog.marked = False
@@ -343,6 +379,7 @@ class ProgramScheduler:
             else:
                 prog.state = "active"
         rep.inflight = 0
+        rep.inflight_tokens = 0.0
         return self._after_free()
 
     def tick(self) -> Wakeups:
@@ -361,6 +398,8 @@ class ProgramScheduler:
             self._choose_regime()
             self._pause_for_queue(now)
         woken += self._forced_resumes(now)
+        if self.policy == "tsched":
+            woken += self._drain_gate()
         woken += self._resume(now)
         self._pause_over_capacity(now)
         return woken
@@ -402,6 +441,7 @@ class ProgramScheduler:
             "overcommit": self.overcommit,
             "shared_prefix_tokens": self.shared_prefix,
             "queue": list(self.queue),
+            "gate": list(self.gate),
             "programs": [
                 {
                     "program_id": p.id,
@@ -454,14 +494,21 @@ class ProgramScheduler:
         assert prog.replica is not None and prog.pending > 0
         prog.inflight += prog.pending
         self.replicas[prog.replica].inflight += prog.pending
+        size = (prog.tokens + self._output) * prog.pending
+        prog.sent_at = self.clock()
+        prog.sent_tokens += size
+        self.replicas[prog.replica].inflight_tokens += size
         prog.pending = 0
         return [(prog.id, prog.replica)]
 
     def _call_ended(self, prog: Program, now: float) -> None:
         if prog.inflight > 0:
+            share = prog.sent_tokens / prog.inflight
+            prog.sent_tokens -= share
             prog.inflight -= 1
             if prog.replica is not None:
                 self.replicas[prog.replica].inflight -= 1
+                self.replicas[prog.replica].inflight_tokens -= share
         if prog.inflight == 0:
             prog.phase = "acting"
             prog.acting_since = now
@@ -525,10 +572,13 @@ class ProgramScheduler:
         if cached <= 0:
             self._cold_firsts += 1
             if self._cold_firsts >= 3:
-                self.shared_prefix = 0
-            return
-        self._cold_firsts = 0
-        self.shared_prefix = cached if self.shared_prefix == 0 else min(self.shared_prefix, cached)
+                self._prefix_seen = 0
+        else:
+            self._cold_firsts = 0
+            seen = self._prefix_seen
+            self._prefix_seen = cached if seen == 0 else min(seen, cached)
+        if self.config.count_shared_once:
+            self.shared_prefix = self._prefix_seen
 
     def _predicted_rate(self, programs: float, context: float, miss: bool) -> float:
         """Steps per second of one replica running ``programs`` programs of ``context`` tokens,
@@ -633,7 +683,59 @@ class ProgramScheduler:
         return None if best is None else best[1]
 
     def _after_free(self) -> Wakeups:
-        return self._resume_now() if self.policy == "tsched" else []
+        if self.policy != "tsched":
+            return []
+        return self._drain_gate() + self._resume_now()
+
+    def _drain_gate(self) -> Wakeups:
+        """tsched's call gate (open regime): send held calls while a replica has KV room for them.
+
+        Room is counted as the engine holds it: the calls in flight on a replica (prompt plus
+        answer each) with the system prompt they all share counted once. A call waits while
+        neither its replica nor any other has room, so no engine admits more than its KV holds
+        (no recompute preemption) and the calls of both replicas wait in one queue (two servers
+        sharing one queue wait less than two with a queue each). Held calls go smallest context
+        first, except that a call held longer than the mean call time goes first, in arrival
+        order: short calls overtake, but never for longer than one call takes, which bounds the
+        tail. A call that fits nowhere goes to its replica when that replica is idle."""
+        if not self.gate:
+            return []
+        now = self.clock()
+        open_ = self.regime == "open"
+        prefix = self._prefix_seen
+        room = {}
+        for i, rep in enumerate(self.replicas):
+            if rep.up:
+                shared = max(rep.inflight - 1, 0) * prefix
+                room[i] = rep.capacity - rep.inflight_tokens + shared if open_ else math.inf
+        age = self._call_time if self._call_time > 0 else math.inf
+
+        def key(p: Program) -> tuple[bool, float]:
+            waited = now - p.gated_at
+            return (waited < age, p.tokens if waited < age else p.gated_at)
+
+        def size(prog: Program, replica: int) -> float:  # the shared prefix once a replica
+            return prog.tokens + self._output - (prefix if self.replicas[replica].inflight else 0)
+
+        woken: Wakeups = []
+        for prog in sorted(self.gate.values(), key=key):
+            if prog.state != "active" or prog.replica is None or not prog.pending:
+                del self.gate[prog.id]
+                continue
+            target = prog.replica
+            if room.get(target, -math.inf) < size(prog, target):
+                best = max(room, key=lambda i: (room[i], -i)) if room else None
+                if best is not None and room[best] >= size(prog, best):
+                    self._unbind(prog)
+                    self._bind(prog, best)
+                    target = best
+                elif not (self.replicas[target].up and self.replicas[target].inflight == 0):
+                    break  # no overtaking past a call that fits nowhere
+                # else: larger than its idle replica's room alone; send it, the engine copes
+            del self.gate[prog.id]
+            room[target] = room.get(target, 0.0) - size(prog, target)
+            woken += self._dispatch(prog)
+        return woken
 
     def _resume_now(self) -> Wakeups:
         return self._resume(self.clock()) if self.queue else []

@@ -128,7 +128,7 @@ def summarize(
         entry["seeds"] = len(by_c[top])
         entry["concurrency"] = top
         counters: dict[str, float] = {}
-        for key in ("pauses", "resumes", "preemptions", "warm_resumes", "migrations"):
+        for key in ("pauses", "resumes", "preemptions", "warm_resumes", "migrations", "held_calls"):
             counters[key] = _num(sum(r.counters.get(key, 0) for r in by_c[top]) / len(by_c[top]))
         entry["counters"] = counters
         entry["by_concurrency"] = {
