@@ -746,3 +746,55 @@ def test_simulation_sweep_runs_alike_on_ray(ray_cluster):
     serial = run_cells(cells)
     remote = run_cells(cells, use_ray=True)
     assert [r.metrics for r in serial] == [r.metrics for r in remote]
+
+
+def test_calls_waiting_while_no_backend_is_up_fail_with_503_and_hold_nothing():
+    """Both backends refuse connections: the first calls find them down (502), later calls
+    wait for a replica, and once none has been up for ``connect_timeout`` they get 503
+    ``no_backend`` naming the backends, leaving no call pending in the scheduler."""
+    import asyncio
+    import socket
+
+    aiohttp = pytest.importorskip("aiohttp")
+    from tsched.agentic.proxy import ProxySettings, start, state_of
+
+    ports = []
+    for _ in range(2):  # two ports nothing listens on
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    urls = tuple(f"http://127.0.0.1:{p}" for p in ports)
+    settings = ProxySettings(
+        urls, (8000, 8000), port=0, connect_timeout=0.5, probe_seconds=0.2,
+        config=SchedulerConfig(tick_seconds=0.1),
+    )  # fmt: skip
+
+    async def run() -> None:
+        runner, url = await start(settings)
+        state = state_of(runner.app)
+        try:
+            async with aiohttp.ClientSession() as s:
+
+                async def call(pid: str) -> tuple[int, dict]:
+                    body = {"model": "m", "prompt": "hello " * 50, "max_tokens": 2,
+                            "program_id": pid}  # fmt: skip
+                    async with s.post(f"{url}/v1/completions", json=body) as r:
+                        return r.status, await r.json()
+
+                first = [await call("a"), await call("b")]
+                assert [st for st, _ in first] == [502, 502]
+                assert not any(r.up for r in state.sched.replicas)
+                started = asyncio.get_running_loop().time()
+                late = await asyncio.wait_for(asyncio.gather(call("a"), call("c")), 10.0)
+                waited = asyncio.get_running_loop().time() - started
+                for status, err in late:
+                    assert status == 503 and err["error"]["type"] == "no_backend"
+                    assert "no backend is up" in err["error"]["message"]
+                    assert urls[0] in err["error"]["message"]
+                assert waited < 5.0
+                assert state.counts["no_backend"] == 2 and not state.waiting
+                assert all(p.pending == 0 for p in state.sched.programs.values())
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())

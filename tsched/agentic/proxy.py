@@ -166,7 +166,9 @@ class _State:
         self.probing: set[int] = set()
         self.closing = False
         self.chars_per_token = 4.0
-        self.counts = {"calls": 0, "errors": 0, "waited": 0, "disconnects": 0, "released": 0}
+        self.counts = {"calls": 0, "errors": 0, "waited": 0, "disconnects": 0, "released": 0,
+                       "no_backend": 0}  # fmt: skip
+        self.down_since: float | None = None  # since when no replica is up
         self.wait_seconds = 0.0
 
     def wake(self, wakeups: Wakeups) -> None:
@@ -258,13 +260,38 @@ class _State:
             return True
 
     async def ticker(self) -> None:
-        period = self.settings.config.tick_seconds
+        period = min(self.settings.config.tick_seconds, self.settings.connect_timeout)
         while not self.closing:
             await asyncio.sleep(period)
             try:
                 self.wake(self.sched.tick())
+                self.fail_if_no_backend()
             except Exception:  # pragma: no cover - a bug; keep serving and say so
                 log.exception("scheduler tick failed")
+
+    def fail_if_no_backend(self) -> None:
+        """Once every replica has been down for ``connect_timeout``, fail the calls waiting
+        for one (503 ``no_backend``) instead of holding them until the probes find one: the
+        clients learn at once, and their programs stay known, acting, for their next call."""
+        if any(r.up for r in self.sched.replicas):
+            self.down_since = None
+            return
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+        if now - self.down_since < self.settings.connect_timeout or not self.waiting:
+            return
+        message = (
+            f"no backend is up: every replica has been down for {now - self.down_since:.0f} s "
+            f"({', '.join(self.label(i) for i in range(len(self.targets)))})"
+        )
+        for pid, futures in list(self.waiting.items()):
+            for fut in futures:
+                if not fut.done():
+                    self.counts["no_backend"] += 1
+                    self.wake(self.sched.abort(pid, sent=False))
+                    fut.set_exception(_Withdrawn(message, 503, "no_backend"))
+            self.waiting.pop(pid, None)
 
 
 def make_app(settings: ProxySettings) -> Any:
@@ -387,7 +414,12 @@ def _program_of(request: Any, body: dict[str, Any]) -> tuple[str, bool]:
 
 
 class _Withdrawn(Exception):
-    """A waiting call's program was released, or the proxy is shutting down."""
+    """A waiting call's program was released (409), the proxy is shutting down (503), or no
+    backend has been up for a while (503 ``no_backend``)."""
+
+    def __init__(self, message: str, status: int = 503, kind: str = "withdrawn") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
 
 
 async def _completions(request: Any) -> Any:
@@ -443,7 +475,7 @@ async def _completions(request: Any) -> Any:
                 state.wake(sched.release(pid))
             raise
         except _Withdrawn as exc:
-            return _error(409 if "released" in str(exc) else 503, str(exc), "withdrawn")
+            return _error(exc.status, str(exc), exc.kind)
         finally:
             state.wait_seconds += time.monotonic() - started
     return await _forward(request, state, replica, pid, body, stream, named, final)
@@ -614,7 +646,9 @@ async def _release(request: Any) -> Any:
     state.wake(state.sched.release(str(pid)))
     for fut in state.waiting.pop(str(pid), []):
         if not fut.done():
-            fut.set_exception(_Withdrawn(f"program {pid!r} was released while its call waited"))
+            fut.set_exception(
+                _Withdrawn(f"program {pid!r} was released while its call waited", 409)
+            )
     state.counts["released"] += int(known)
     return web.json_response({"program_id": str(pid), "released": known})
 
@@ -660,15 +694,23 @@ async def _metrics(request: Any) -> Any:
                 labels=["backend"],
             )  # fmt: skip
             upg = GaugeMetricFamily("tsched_agents_replica_up", "1 when up", labels=["backend"])
+            fly = GaugeMetricFamily(
+                "tsched_agents_replica_inflight_tokens",
+                "prompt + answer tokens of the calls in flight per replica (the call gate's count)",
+                labels=["backend"],
+            )  # fmt: skip
             for i, url in enumerate(state.settings.backends):
+                fly.add_metric([url], sched.replicas[i].inflight_tokens)
                 rep.add_metric([url], sched.used_tokens(i))
                 cap.add_metric([url], sched.replicas[i].capacity)
                 upg.add_metric([url], 1.0 if sched.replicas[i].up else 0.0)
             yield rep
             yield cap
             yield upg
+            yield fly
             yield GaugeMetricFamily(
-                "tsched_agents_waiting_calls", "calls waiting for their program's resume",
+                "tsched_agents_waiting_calls",
+                "calls waiting for their program's resume or at the call gate",
                 value=sum(len(v) for v in state.waiting.values()),
             )  # fmt: skip
             for key, value in sched.stats.items():
