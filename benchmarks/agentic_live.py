@@ -128,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         help="engine profile of the mocker workers (default: its own timing)",
     )
     parser.add_argument("--name", default=None, help="result file stem (default from --engine)")
+    parser.add_argument(
+        "--from-csv",
+        default=None,
+        help="rebuild the tables from a runs.csv this benchmark wrote (no runs; the other "
+        "arguments must be those of the run)",
+    )
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.concurrency.split(",")]
     arms = args.arms.split(",")
@@ -138,6 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     profile = ENGINES[args.engine]
+    default = "agentic_live" if args.engine == "mocker" else f"agentic_live-{args.engine}"
+    name = args.name or default
+    if args.from_csv:
+        with open(args.from_csv, newline="") as fh:
+            for row in csv.DictReader(fh):
+                rows.append({k: v if k == "arm" else float(v)
+                             for k, v in row.items() if v != ""})  # fmt: skip
+        write_report(name, rows, args, levels, arms, None)
+        return 0
     ta = THUNDERAGENT_FLAGS if "dynamo-thunderagent" in arms else None
     with tempfile.TemporaryDirectory(prefix="tsched-agentic-live-") as work:
         modes = ("round-robin", "kv")
@@ -168,8 +183,6 @@ def main(argv: list[str] | None = None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-    default = "agentic_live" if args.engine == "mocker" else f"agentic_live-{args.engine}"
-    name = args.name or default
     folder = RESULTS / name
     folder.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(k for r in rows for k in r))
@@ -181,6 +194,32 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(fh, fieldnames=list(records[0]), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(records)
+    write_report(name, rows, args, levels, arms, time.time() - started)
+    return 0
+
+
+def paired(rows: list[dict[str, Any]], arm: str, ref: str, metric: str) -> str:
+    """Mean and 95 % CI of ``arm − ref`` over runs (arms are interleaved within each run, so
+    the machine's drift hits both sides of a difference alike)."""
+    by_run = {(r["run"], r["arm"]): r[metric] for r in rows}
+    runs = sorted({r["run"] for r in rows})
+    diffs = [by_run[(k, arm)] - by_run[(k, ref)] for k in runs
+             if (k, arm) in by_run and (k, ref) in by_run]  # fmt: skip
+    if len(diffs) < 2:
+        return "–"
+    m, lo, hi = ci95(diffs)
+    verdict = " (apart from 0)" if lo > 0 or hi < 0 else ""
+    return f"{m:+.2f} [{lo:+.2f}, {hi:+.2f}]{verdict}"
+
+
+def write_report(
+    name: str,
+    rows: list[dict[str, Any]],
+    args: Any,
+    levels: list[int],
+    arms: list[str],
+    seconds: float | None,
+) -> None:
     command = (
         f"python -m benchmarks.agentic_live --runs {args.runs} --duration {args.duration:g} "
         f"--warmup {args.warmup:g} --concurrency {args.concurrency} --engine {args.engine} "
@@ -190,8 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         "# Agentic serving live: Dynamo's routers, its ThunderAgent port and the tsched proxy on "
         "the same mocker workers",
         "",
-        f"Command: `{command}` — {len(rows)} runs in {(time.time() - started) / 60:.1f} min on "
-        f"{machine()}.",
+        f"Command: `{command}` — {len(rows)} runs"
+        + (
+            f" in {seconds / 60:.1f} min"
+            if seconds is not None
+            else " (tables rebuilt from its runs.csv)"
+        )
+        + f" on {machine()}.",
         "",
         f"Setting: 2 Dynamo mocker workers (ai-dynamo 1.6.1, block 16) of {CAPACITY:,} KV "
         f"tokens each with engine profile `{args.engine}` "
@@ -234,14 +278,26 @@ def main(argv: list[str] | None = None) -> int:
             table.append([
                 arm, cell("steps_per_min"), f"{m / ref_ci[0]:.2f}×{apart}",
                 cell("cache_hit_rate", 3), cell("p50_step_s", 2), cell("p99_step_s", 2),
-                cell("fairness", 3), sum(r["errors"] for r in rs), sim,
+                cell("fairness", 3), int(sum(r["errors"] for r in rs)), sim,
             ])  # fmt: skip
         header = ["arm", "steps/min", f"vs {ref}", "hit rate", "p50 s", "p99 s", "fairness",
                   "errors", "simulated steps/min; p50 s (vs live)"]  # fmt: skip
         text += [f"## {conc} programs in flight", "", markdown_table(header, table), ""]
+        if "tsched" in arms:
+            pairs = [
+                [f"tsched − {arm}", paired(sub, "tsched", arm, "steps_per_min"),
+                 paired(sub, "tsched", arm, "p50_step_s"), paired(sub, "tsched", arm, "p99_step_s")]
+                for arm in arms if arm != "tsched"
+            ]  # fmt: skip
+            text += [
+                "Paired differences (mean [95 % CI] of the per-run differences; each run "
+                "measures every arm back to back on the same workers):",
+                "",
+                markdown_table(["difference", "steps/min", "p50 s", "p99 s"], pairs),
+                "",
+            ]
     path = write_result(name, "\n".join(text))
     print(f"wrote {path}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
