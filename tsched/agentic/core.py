@@ -113,7 +113,6 @@ class ReplicaState:
     programs: dict[str, None] = field(default_factory=dict)
     inflight: int = 0
     pushed_tokens: float = 0.0  # uncached prompt tokens sent here (drives the LRU estimate)
-    inflight_tokens: float = 0.0  # prompt + answer tokens of the calls in flight here
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +220,6 @@ class ProgramScheduler:
         self._seq = 0
         self._rr = 0
         self._tool_samples: list[float] = []
-        self.shared_prefix = 0  # tokens every program shares (tsched learns it)
         self.stats = {"pauses": 0, "resumes": 0, "marks": 0, "forced_resumes": 0,
                       "ttl_releases": 0, "warm_resumes": 0, "migrations": 0,
                       "held_calls": 0}  # fmt: skip
@@ -353,7 +351,6 @@ class ProgramScheduler:
             return []
         if prog.replica is not None:
             self.replicas[prog.replica].inflight -= prog.inflight
-            self.replicas[prog.replica].inflight_tokens -= prog.sent_tokens
         self._unbind(prog)
         self.queue.pop(program_id, None)
         self.gate.pop(program_id, None)
@@ -380,7 +377,6 @@ class ProgramScheduler:
             else:
                 prog.state = "active"
         rep.inflight = 0
-        rep.inflight_tokens = 0.0
         return self._after_free()
 
     def tick(self) -> Wakeups:
@@ -431,6 +427,16 @@ class ProgramScheduler:
 
     def capacity(self, replica: int) -> float:
         return self.replicas[replica].capacity * self.overcommit
+
+    @property
+    def shared_prefix(self) -> int:
+        """Tokens of the system prompt every program shares, counted once per replica against
+        the programs there (``count_shared_once``; 0 otherwise)."""
+        return self._prefix_seen if self.config.count_shared_once else 0
+
+    def inflight_tokens(self, replica: int) -> float:
+        """Prompt + answer tokens of the calls in flight on ``replica`` (the call gate's count)."""
+        return sum(self.programs[pid].sent_tokens for pid in self.replicas[replica].programs)
 
     def remaining(self, replica: int, *, decayed: bool = False) -> float:
         return self.capacity(replica) - self.used_tokens(replica, decayed=decayed)
@@ -495,21 +501,17 @@ class ProgramScheduler:
         assert prog.replica is not None and prog.pending > 0
         prog.inflight += prog.pending
         self.replicas[prog.replica].inflight += prog.pending
-        size = (prog.tokens + self._output) * prog.pending
         prog.sent_at = self.clock()
-        prog.sent_tokens += size
-        self.replicas[prog.replica].inflight_tokens += size
+        prog.sent_tokens += (prog.tokens + self._output) * prog.pending
         prog.pending = 0
         return [(prog.id, prog.replica)]
 
     def _call_ended(self, prog: Program, now: float) -> None:
         if prog.inflight > 0:
-            share = prog.sent_tokens / prog.inflight
-            prog.sent_tokens -= share
+            prog.sent_tokens -= prog.sent_tokens / prog.inflight
             prog.inflight -= 1
             if prog.replica is not None:
                 self.replicas[prog.replica].inflight -= 1
-                self.replicas[prog.replica].inflight_tokens -= share
         if prog.inflight == 0:
             prog.phase = "acting"
             prog.acting_since = now
@@ -578,8 +580,6 @@ class ProgramScheduler:
             self._cold_firsts = 0
             seen = self._prefix_seen
             self._prefix_seen = cached if seen == 0 else min(seen, cached)
-        if self.config.count_shared_once:
-            self.shared_prefix = self._prefix_seen
 
     def _predicted_rate(self, programs: float, context: float, miss: bool) -> float:
         """Steps per second of one replica running ``programs`` programs of ``context`` tokens,
@@ -708,7 +708,7 @@ class ProgramScheduler:
         for i, rep in enumerate(self.replicas):
             if rep.up:
                 shared = max(rep.inflight - 1, 0) * prefix
-                room[i] = rep.capacity - rep.inflight_tokens + shared if open_ else math.inf
+                room[i] = rep.capacity - self.inflight_tokens(i) + shared if open_ else math.inf
         age = self._call_time if self._call_time > 0 else math.inf
 
         def key(p: Program) -> tuple[bool, float]:

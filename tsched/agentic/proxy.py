@@ -202,6 +202,7 @@ class _State:
         try:
             while not self.closing:
                 await asyncio.sleep(self.settings.probe_seconds)
+                self.fail_if_no_backend()
                 try:
                     async with self.session.get(
                         url, timeout=aiohttp.ClientTimeout(total=self.settings.connect_timeout)
@@ -260,19 +261,19 @@ class _State:
             return True
 
     async def ticker(self) -> None:
-        period = min(self.settings.config.tick_seconds, self.settings.connect_timeout)
+        period = self.settings.config.tick_seconds
         while not self.closing:
             await asyncio.sleep(period)
             try:
                 self.wake(self.sched.tick())
-                self.fail_if_no_backend()
             except Exception:  # pragma: no cover - a bug; keep serving and say so
                 log.exception("scheduler tick failed")
 
     def fail_if_no_backend(self) -> None:
         """Once every replica has been down for ``connect_timeout``, fail the calls waiting
         for one (503 ``no_backend``) instead of holding them until the probes find one: the
-        clients learn at once, and their programs stay known, acting, for their next call."""
+        clients learn at once, and their programs stay known, acting, for their next call.
+        Checked by the probes of down replicas, on their schedule."""
         if any(r.up for r in self.sched.replicas):
             self.down_since = None
             return
@@ -700,7 +701,7 @@ async def _metrics(request: Any) -> Any:
                 labels=["backend"],
             )  # fmt: skip
             for i, url in enumerate(state.settings.backends):
-                fly.add_metric([url], sched.replicas[i].inflight_tokens)
+                fly.add_metric([url], sched.inflight_tokens(i))
                 rep.add_metric([url], sched.used_tokens(i))
                 cap.add_metric([url], sched.replicas[i].capacity)
                 upg.add_metric([url], 1.0 if sched.replicas[i].up else 0.0)
