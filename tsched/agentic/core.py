@@ -145,12 +145,13 @@ class SchedulerConfig:
         tsched, open regime: hold a call while no replica has KV room for it (the calls in flight,
         the shared prompt once), send held calls smallest context first, a call held longer than
         the mean call time before them. On by default; off sends every call at once, as before.
-        In simulation, 35 SWE-like programs on two mocker-timed replicas of 59k tokens (twice
-        the KV), 5 seeds of 400 s with the first 60 s left out: p50 step 2.77 ± 0.18 s with it
-        against 3.25 ± 0.15 without and 3.36 ± 0.19 for round-robin; p99 5.31 against 4.82 and
-        5.68; steps/min alike (484, 483, 475). Without the bound on overtaking (smallest first
-        only) p50 fell to 2.1 s but p99 rose to 27 s; first come first served through the gate
-        gave p50 3.21 s.
+        Measured in ``benchmarks/results/agentic.md`` (``python -m benchmarks.agentic``): at 35
+        SWE-like programs on two mocker-timed replicas of 59k tokens (twice the KV) p50 step
+        2.58 ± 0.12 s against round-robin's 3.05 ± 0.21, p99 5.38 against 5.83, steps/min
+        1.02×; at 48 programs the bound on overtaking puts p50 above round-robin's (4.96 against
+        4.31) with the lowest p99 (6.73 against 8.95). Exploratory runs of the ordering (not
+        kept as a benchmark) found smallest first without that bound several times
+        round-robin's p99, and first come first served through the gate no lower median.
     """
 
     tick_seconds: float = 5.0
@@ -693,12 +694,13 @@ class ProgramScheduler:
 
         Room is counted as the engine holds it: the calls in flight on a replica (prompt plus
         answer each) with the system prompt they all share counted once. A call waits while
-        neither its replica nor any other has room, so no engine admits more than its KV holds
-        (no recompute preemption) and the calls of both replicas wait in one queue (two servers
-        sharing one queue wait less than two with a queue each). Held calls go smallest context
-        first, except that a call held longer than the mean call time goes first, in arrival
-        order: short calls overtake, but never for longer than one call takes, which bounds the
-        tail. A call that fits nowhere goes to its replica when that replica is idle."""
+        neither its replica nor any other has room, so no engine is sent more than its KV holds
+        (which the engine would pay for in recompute preemptions) and the calls of all replicas
+        wait in one queue (two servers sharing one queue wait less than two with a queue each).
+        Held calls go smallest context first, except that a call held longer than the mean call
+        time goes first, in arrival order: short calls overtake, but never for longer than one
+        call takes, which bounds the tail. A call that fits nowhere goes to its replica when
+        that replica is idle."""
         if not self.gate:
             return []
         now = self.clock()
