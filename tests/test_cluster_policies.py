@@ -3,6 +3,8 @@ checked on hand-built clusters and traces."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -137,6 +139,60 @@ def test_fgd_keeps_whole_nodes_and_fills_holes_that_stay_anyway() -> None:
     assert sorted(set(c.gpu_node[got].tolist())) == [2, 3]
 
 
+def test_fgd_waits_for_a_compact_placement_when_the_wait_costs_less_than_the_split() -> None:
+    c = fabric()
+    # BUSY leaves 1 + 3 free on n0, n1; n2 and n3 busy too: 4 GPUs free, none compact
+    busy = [*BUSY, *range(8, 16)]
+
+    def rule(duration: float, wait: float, waited: float = 0.0) -> np.ndarray | None:
+        v = view(c, busy, slowdown=lambda g: 1.0 if is_compact(c, g) else 1.5,
+                 duration=duration, wait=lambda n: wait, waited=waited)  # fmt: skip
+        return place("fgd", v, 4)
+
+    # the split costs the job 100 s x 0.5 = 50 s: a compact node in 10 s is worth the wait
+    assert rule(100.0, wait=10.0) is None
+    # a compact node only in 60 s: the split now is sooner
+    got = rule(100.0, wait=60.0)
+    assert got is not None and not is_compact(c, got)
+    # the job has already waited 45 s of its 50: it waits no longer
+    assert rule(100.0, wait=10.0, waited=45.0) is not None
+    # under compact admission there is no split to weigh: it simply waits
+    v = view(c, busy, "compact", duration=100.0, wait=lambda n: 1e9)
+    assert place("fgd", v, 4) is None
+
+
+def test_fgd_defers_a_long_communicating_job_to_a_node_that_frees_soon() -> None:
+    # n0 and n1 have 2 GPUs busy for good; n2 is whole. "a" takes n2 for 100 s, so at t=1 a
+    # 4-GPU job can start split over n0 and n1 (about 2x slower: its all-reduce crosses the
+    # leaf) or wait 99 s for n2.
+    c = fabric(nodes_per_leaf=3, leaves=1)
+    c = Cluster(
+        c.name,
+        c.links,
+        c.levels,
+        c.node_types,
+        tuple(replace(node, busy=(0, 1) if k < 2 else ()) for k, node in enumerate(c.nodes)),
+    )
+    apps = {"c": AppModel("c", 1.0, 0.0, 5.0)}
+
+    def run(policy: str, duration: float) -> dict:
+        jobs = [TraceJob("a", 0.0, 4, 100.0, "c"), TraceJob("b", 1.0, 4, duration, "c")]
+        cfg = parse_policies(policy, SimConfig(queue="backfill"))[0]
+        res = simulate(jobs, c, cfg, collective=CollectiveModel(), apps=apps)
+        return {r.job: r for r in res.records}
+
+    long = run("fgd", 1000.0)
+    assert long["a"].nodes == 1
+    assert long["b"].start == pytest.approx(100.0) and long["b"].nodes == 1
+    # best fit never waits: it starts the job split at once and the job runs slower
+    bf = run("best-fit", 1000.0)
+    assert bf["b"].start == pytest.approx(1.0) and bf["b"].nodes == 2
+    assert long["b"].end < bf["b"].end
+    # a short job loses less than 99 s by the split: fgd starts it at once
+    short = run("fgd", 50.0)
+    assert short["b"].start == pytest.approx(1.0) and short["b"].nodes == 2
+
+
 def test_unknown_rule_and_bad_policy_suffixes_are_refused() -> None:
     c = fabric()
     with pytest.raises(InputError, match="unknown placement rule"):
@@ -155,10 +211,10 @@ def test_policy_labels_say_what_runs() -> None:
     compact = SimConfig(admission="compact")
     labels = [c.label for c in parse_policies("pack,fgd,fgd+count,best-fit+topo,greedy", compact)]
     assert labels == ["first-fit", "fgd", "fgd+count", "best-fit+topo", "greedy"]
-    # under count admission fgd reserves a count (exact there), so +count names nothing new
-    assert [c.label for c in parse_policies("fgd,fgd+topo")] == ["fgd", "fgd+topo"]
+    # fgd reserves by topology under either admission (under ``any`` it may wait for locality)
+    assert [c.label for c in parse_policies("fgd,fgd+count")] == ["fgd", "fgd+count"]
     with pytest.raises(InputError, match="named twice"):
-        parse_policies("fgd,fgd+count")
+        parse_policies("fgd,fgd+topo")  # +topo is fgd's own reservation
 
 
 # ---------------------------------------------------------------------------- the simulator

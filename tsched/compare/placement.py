@@ -81,7 +81,9 @@ class View:
     time (``fgd``; without them fragments are weighed without time). ``weight`` prices a
     fragmented GPU-second against a GPU-second of the job's own, and ``tables`` holds, per node
     size, :func:`fragmentation` of every free count for ``shapes`` (``fgd``; computed when
-    absent).
+    absent). ``wait(n)`` is the expected seconds until ``n`` GPUs are free compactly and
+    ``waited`` the seconds this job has already waited for locality (``fgd`` under ``any``;
+    without ``wait`` it never waits while GPUs are free).
     """
 
     cluster: Cluster
@@ -95,6 +97,8 @@ class View:
     hold: np.ndarray | None = None
     duration: float | None = None
     tables: Mapping[int, np.ndarray] | None = None
+    wait: Callable[[int], float] | None = None
+    waited: float = 0.0
 
     @property
     def size(self) -> np.ndarray:
@@ -372,9 +376,17 @@ class Fgd:
       go to the fullest node, then to the fullest leaf, then the lower index, so whole nodes and
       whole leaves stay free.
 
-    Under ``compact`` admission the simulator pairs the rule with a topology-aware reservation for
-    ``backfill`` (the head job reserves the GPUs this rule would give it, not a count;
-    ``SimConfig.reservation``).
+    * **Waiting for locality** (``any`` admission). When the best candidate is scattered and
+      costs the job ``d·(s − 1)`` seconds (slowdown ``s``), and a compact placement is expected
+      sooner than that (``waited + wait(n) < d·(s − 1)``, the wait counted from the first time
+      the job was held back), the job waits: the cluster saves ``n·d·(s − 1)`` GPU-seconds and
+      the job finishes no later on the expected times. This is delay scheduling (Zaharia et al.,
+      EuroSys'10) with the delay priced by the job model instead of a fixed timeout; the budget
+      is spent once, so a job waits at most its split's cost before it takes the split.
+
+    The simulator pairs the rule with a topology-aware reservation for ``backfill``: the head job
+    reserves the GPUs this rule would give it (a compact placement when it is waiting for one),
+    not a count (``SimConfig.reservation``).
     """
 
     def __call__(self, view: View, n: int) -> np.ndarray | None:
@@ -434,7 +446,12 @@ class Fgd:
         if not cands:
             return None
         cands.sort(key=lambda t: (round(t[0], 6), t[1], t[2], int(t[3][0])))
-        return cands[0][3]
+        best = cands[0][3]
+        if view.admission == "any" and view.wait is not None and view.slowdown is not None:
+            loss = d * (view.slowdown(best) - 1.0)  # what this placement adds to the job's time
+            if loss > 0 and view.waited + view.wait(n) < loss:
+                return None  # a compact placement comes sooner than the split would cost
+        return best
 
     @staticmethod
     def _leaf_sets(view: View, n: int, leaf: np.ndarray) -> list[np.ndarray | None]:

@@ -130,8 +130,8 @@ class SimConfig:
         What ``backfill``'s head job reserves: ``count`` (a number of GPUs, EASY as published)
         or ``topology`` (the GPUs its placement rule would give it at the earliest time it can
         start; later jobs that would still run then must avoid them). ``None``: the policy's
-        own (``topology`` for ``fgd`` under ``compact`` admission, ``count`` otherwise: under
-        ``any`` admission a count is exact, since the head job may start on any GPUs).
+        own (``topology`` for ``fgd``, whose head job may wait for a compact placement under
+        either admission; ``count`` for the others).
     stretch : bool
         Whether a job's run time follows its placement (the job model); ``False`` runs every job
         at its compact run time, the ceiling no placement can beat.
@@ -190,8 +190,7 @@ class SimConfig:
 
     @property
     def _own_reservation(self) -> str:
-        # under count admission a count is exact: the head may start on any GPUs
-        return "topology" if self.policy == "fgd" and self.admission == "compact" else "count"
+        return "topology" if self.policy == "fgd" else "count"
 
     @property
     def label(self) -> str:
@@ -392,6 +391,9 @@ class _Placer:
         self.tables: dict[int, np.ndarray] | None = None
         self.hold: Callable[[], np.ndarray] | None = None  # seconds until each node is idle
         self.pressure: Callable[[float, int], float] | None = None  # fgd's fragment weight
+        self.wait: Callable[[int], float] | None = None  # seconds until a compact placement
+        self.clock: Callable[[], float] | None = None
+        self.deferred: dict[str, float] = {}  # job → when fgd first let it wait for locality
         levels = cluster.levels
         self.domain_of_node = (
             cluster.node_group[:, 0].astype(np.int64)
@@ -455,9 +457,12 @@ class _Placer:
             return 1.0
         return self.iteration(app, gpus)[0] / self.packed_iteration(app, len(gpus))
 
-    def place(self, job: TraceJob, free: np.ndarray) -> tuple[np.ndarray, float] | None:
+    def place(
+        self, job: TraceJob, free: np.ndarray, defer: bool = True
+    ) -> tuple[np.ndarray, float] | None:
         """GPUs for ``job`` among ``free`` (a bool mask), and the plan's objective; None if the
-        policy finds no placement (or none its admission regime allows)."""
+        policy finds no placement (or none its admission regime allows). ``defer``: ``fgd`` may
+        let the job wait for a compact placement (off for hypothetical masks)."""
         n = job.gpus
         c = self.cluster
         free_idx = np.flatnonzero(free)
@@ -469,14 +474,23 @@ class _Placer:
 
             app = self.app(job)
             fgd = self.rule == "fgd"
+            defers = fgd and defer and self.wait is not None and self.clock is not None
+            now = self.clock() if defers and self.clock else 0.0
             view = View(c, free, free_per_node, self.config.admission, self.rng, self.shapes,
                         lambda g: self.slowdown(app, g),
                         hold=self.hold() if fgd and self.hold else None, tables=self.tables,
                         duration=job.duration if fgd else None,
                         weight=self.pressure(job.duration, len(free_idx))
-                        if fgd and self.pressure else 1.0)  # fmt: skip
+                        if fgd and self.pressure else 1.0,
+                        wait=self.wait if defers else None,
+                        waited=now - self.deferred.get(job.name, now))  # fmt: skip
             gpus = place(self.rule, view, n)
-            return None if gpus is None else (gpus, 0.0)
+            if gpus is None:
+                if defers and int(free_per_node.sum()) >= n:
+                    self.deferred.setdefault(job.name, now)
+                return None
+            self.deferred.pop(job.name, None)
+            return gpus, 0.0
         compact = self.config.admission == "compact"
         if n == 1:
             return self._place_one(free_idx, free_per_node), 0.0
@@ -675,6 +689,31 @@ def simulate(
         return min(1.0, (waiting + rate * duration) / max(n_free, 1))
 
     placer.pressure = pressure
+    placer.clock = lambda: clock[0]
+
+    def compact_wait(n: int) -> float:
+        """Seconds until ``n`` GPUs are free compactly if nothing else starts: one node with
+        room for a job of up to a node, else ``⌈n/G⌉`` nodes with all their jobs ended."""
+        now = clock[0]
+        gmax = int(node_gpus.max())
+        if n > gmax:
+            k = math.ceil(n / gmax)
+            ends = np.sort(np.maximum(node_end - now, 0.0))
+            return float(ends[k - 1]) if k <= len(ends) else math.inf
+        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+        best = math.inf
+        for node in np.flatnonzero(node_gpus >= n):
+            have = int(per_node[node])
+            if have >= n:
+                return 0.0
+            for end, r in sorted((e, r) for r, e in on_node[node].items()):
+                have += dict(state[r].node_counts)[node]
+                if have >= n:
+                    best = min(best, end - now)
+                    break
+        return best
+
+    placer.wait = compact_wait if config.admission == "any" and placer.rule == "fgd" else None
 
     def tenant_key(j: _Job) -> str:
         return j.trace.tenant
@@ -883,7 +922,10 @@ def simulate(
         size = node_gpus.tolist()
         need = head.trace.gpus
         gmax = int(node_gpus.max())
-        nodes_only = config.admission == "compact" or placer.rule == "whole-nodes"
+        from tsched.compare.placement import is_compact
+
+        waits_compact = config.admission == "any" and head.trace.name in placer.deferred
+        nodes_only = config.admission == "compact" or placer.rule == "whole-nodes" or waits_compact
         most = max(per_node)  # the most free GPUs on one node
         whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
         avail = n_free
@@ -906,7 +948,9 @@ def simulate(
                 continue
             future = free.copy()
             future[np.concatenate(released)] = True
-            got = placer.place(head.trace, future)
+            got = placer.place(head.trace, future, defer=False)
+            if got is not None and waits_compact and not is_compact(cluster, got[0]):
+                continue  # the head waits for locality: it reserves a compact placement
             if got is not None:
                 shadow, reserved = end, got[0]
                 break
