@@ -4,20 +4,23 @@ checked on hand-built clusters and traces."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
+import tsched
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.compare.jobmodel import AppModel, CollectiveModel
 from tsched.compare.placement import View, fragmentation, is_compact, place
 from tsched.compare.policies import parse_policies
-from tsched.compare.simulator import SimConfig, simulate
+from tsched.compare.simulator import SimConfig, _Placer, default_apps, simulate
 from tsched.compare.study import at_load, bucket_of, ci95, offered_load, replica
 from tsched.compare.traces import TraceJob
 from tsched.errors import InputError
 
+MODELS = Path(__file__).resolve().parents[1] / "models"
 FLAT = {"x": AppModel("x", 1.0, 0.0, 0.0)}  # no communication: run time = duration
 
 
@@ -191,6 +194,35 @@ def test_fgd_defers_a_long_communicating_job_to_a_node_that_frees_soon() -> None
     # a short job loses less than 99 s by the split: fgd starts it at once
     short = run("fgd", 50.0)
     assert short["b"].start == pytest.approx(1.0) and short["b"].nodes == 2
+
+
+def test_fgd_scatters_what_runs_faster_scattered_and_keeps_whole_nodes_for_the_rest() -> None:
+    # One NIC per node: the shipped job model runs cifar10 faster spread over 8 nodes than on 2
+    # whole nodes, and yolov3 slower on any split. Under count admission a fragment costs only
+    # what the shapes expected on it lose there, so fgd spreads the cifar10 jobs (whose shape
+    # loses nothing) and still gives yolov3 a whole node.
+    c = tsched.load_cluster(MODELS / "clusters" / "g4dn-12xlarge-16node.yaml")
+    jobs = [TraceJob(f"c{k}", 600.0 * k, 8, 500.0, "cifar10") for k in range(6)]
+    jobs.append(TraceJob("y", 4000.0, 4, 3000.0, "yolov3"))
+    _, apps = default_apps()
+    compact = [g for node in (0, 1) for g in range(4 * node, 4 * node + 4)]
+    spread = [4 * node for node in range(8)]
+
+    def run(**kw):
+        cfg = parse_policies("fgd", SimConfig(queue="backfill", **kw))[0]
+        return {r.job: r for r in simulate(jobs, c, cfg).records}
+
+    placer = _Placer(c, SimConfig(), *default_apps())
+    gain = 1 - placer.slowdown(apps["cifar10"], np.array(spread)) / placer.slowdown(
+        apps["cifar10"], np.array(compact)
+    )
+    assert 0.1 < gain < 0.5
+    recs = run()
+    assert all(recs[f"c{k}"].nodes == 8 for k in range(6))
+    assert recs["y"].nodes == 1 and recs["y"].jct == pytest.approx(3000.0)
+    # a speed-up within the model margin is not acted on: the jobs stay on whole nodes
+    recs = run(model_margin=0.5)
+    assert all(recs[f"c{k}"].nodes == 2 for k in range(6))
 
 
 def test_unknown_rule_and_bad_policy_suffixes_are_refused() -> None:

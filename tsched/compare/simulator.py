@@ -137,6 +137,10 @@ class SimConfig:
         at its compact run time, the ceiling no placement can beat.
     shape_window : int
         Finished jobs whose GPU-time, with the queue's, weighs the job shapes ``fgd`` expects.
+    model_margin : float
+        Speed-ups the job model predicts for a scattered placement smaller than this share of
+        the run time are not acted on by ``fgd`` (the model's median relative error is 3–14 %
+        per application in calibration; ``benchmarks/results/calibration``).
     """
 
     policy: str = "greedy"
@@ -154,6 +158,7 @@ class SimConfig:
     reservation: str | None = None
     stretch: bool = True
     shape_window: int = 256
+    model_margin: float = 0.1
 
     def __post_init__(self) -> None:
         from tsched.compare.placement import ADMISSIONS, RULES, canonical
@@ -169,6 +174,8 @@ class SimConfig:
             )
         if self.reservation not in (None, "count", "topology"):
             raise InputError(f"reservation {self.reservation!r}: expected 'count' or 'topology'")
+        if not 0.0 <= self.model_margin < 1.0:
+            raise InputError(f"model_margin must be in [0, 1), got {self.model_margin}")
         if self.shape_window < 1:
             raise InputError(f"shape_window must be >= 1, got {self.shape_window}")
         if self.queue not in QUEUES:
@@ -394,6 +401,7 @@ class _Placer:
         self.wait: Callable[[int], float] | None = None  # seconds until a compact placement
         self.clock: Callable[[], float] | None = None
         self.deferred: dict[str, float] = {}  # job → when fgd first let it wait for locality
+        self._loss: dict[tuple[str, int], float] = {}
         levels = cluster.levels
         self.domain_of_node = (
             cluster.node_group[:, 0].astype(np.int64)
@@ -451,6 +459,23 @@ class _Placer:
                 for g in np.unique(self.cluster.gpus_per_node)
             }
 
+    def fragment_loss(self, job: TraceJob) -> float:
+        """The share of its GPU-time ``job`` loses on fragments: ``1 − 1/s`` for its slowdown
+        ``s`` split evenly over one node more than it needs (0 where that is no slower)."""
+        key = (job.app, job.gpus)
+        hit = self._loss.get(key)
+        if hit is None:
+            c, n = self.cluster, job.gpus
+            nodes = min(math.ceil(n / int(c.gpus_per_node.max())) + 1, n, c.n_nodes)
+            order = np.argsort(-c.gpus_per_node, kind="stable")[:nodes]
+            per = [n // nodes + (i < n % nodes) for i in range(nodes)]
+            hit = 0.0
+            if nodes > 1 and all(p <= c.gpus_per_node[k] for p, k in zip(per, order)):
+                gpus = np.concatenate([c.node_offset[k] + np.arange(p) for p, k in zip(per, order)])
+                hit = max(0.0, 1.0 - 1.0 / self.slowdown(self.app(job), gpus.astype(np.int64)))
+            self._loss[key] = hit
+        return hit
+
     def slowdown(self, app: AppModel, gpus: np.ndarray) -> float:
         """Run time on ``gpus`` over the compact run time (1 when stretch is off)."""
         if not self.config.stretch:
@@ -483,7 +508,8 @@ class _Placer:
                         weight=self.pressure(job.duration, len(free_idx))
                         if fgd and self.pressure else 1.0,
                         wait=self.wait if defers else None,
-                        waited=now - self.deferred.get(job.name, now))  # fmt: skip
+                        waited=now - self.deferred.get(job.name, now),
+                        margin=self.config.model_margin)  # fmt: skip
             gpus = place(self.rule, view, n)
             if gpus is None:
                 if defers and int(free_per_node.sum()) >= n:
@@ -655,9 +681,11 @@ def simulate(
     else:
         queue = _Waiting(lambda k: (state[k].trace.submit,))
     running_tenants: dict[str, int] = {}
-    recent: deque[tuple[int, float]] = deque()
+    recent: deque[tuple[int, float, float]] = deque()
     shape_rt: dict[int, float] = {}
     shape_n: dict[int, int] = {}
+    shape_loss: dict[int, float] = {}  # per size: Σ run time × fragment loss (history)
+    queued_loss: dict[int, list[float]] = {}  # per size: [Σ run time, Σ run time × loss]
     usage = _Usage()
     budgets = dict(config.budgets)
     running: set[int] = set()
@@ -726,6 +754,7 @@ def simulate(
         app = placer.app(j.trace)
         _t_iter, share = placer.iteration(app, gpus)
         slowdown = placer.slowdown(app, gpus)
+        queued_change(j.index, -1.0)
         j.gpus = gpus
         j.started = now
         j.runtime = j.remaining * j.trace.duration * slowdown
@@ -779,6 +808,7 @@ def simulate(
     def enqueue(k: int) -> None:
         j = state[k]
         queue.add(k, j.trace.tenant, project_key(j), j.trace.submit, j.trace.gpus)
+        queued_change(k, 1.0)
 
     def shares(now: float) -> dict[str, float]:
         """Budget share of each tenant with work (running or queued)."""
@@ -823,20 +853,43 @@ def simulate(
 
         mean_rt = {s: shape_rt[s] / shape_n[s] for s in shape_n if shape_n[s]}
         gpu_seconds = {s: s * shape_rt[s] for s in shape_rt}
-        return shapes_of(gpu_seconds, queue.sizes, mean_rt)
+        shapes = shapes_of(gpu_seconds, queue.sizes, mean_rt)
+        if config.admission != "any":
+            return shapes
+        # under any admission a fragment is usable, at the slowdown of the job that takes it:
+        # each shape's weight is scaled by the share of GPU-time its jobs lose there
+        # (1 for a size not seen yet)
+        out = {}
+        for size, w in shapes.items():
+            t, tl = queued_loss.get(size, (0.0, 0.0))
+            t, tl = t + shape_rt.get(size, 0.0), tl + shape_loss.get(size, 0.0)
+            out[size] = w * (tl / t if t > 0 else 1.0)
+        return out
+
+    def queued_change(k: int, sign: float) -> None:
+        """Keeps the waiting jobs' run time and fragment loss per size (fgd, any admission)."""
+        if placer.rule != "fgd" or config.admission != "any":
+            return
+        j = state[k].trace
+        acc = queued_loss.setdefault(j.gpus, [0.0, 0.0])
+        acc[0] += sign * j.duration
+        acc[1] += sign * j.duration * placer.fragment_loss(j)
 
     def finished(j: _Job, now: float) -> None:
         """Feeds the finished job into the shape history ``fgd`` weighs."""
         if placer.rule != "fgd":
             return
         g, rt = j.trace.gpus, j.trace.duration
-        recent.append((g, rt))
+        loss = rt * placer.fragment_loss(j.trace) if config.admission == "any" else 0.0
+        recent.append((g, rt, loss))
         shape_rt[g] = shape_rt.get(g, 0.0) + rt
         shape_n[g] = shape_n.get(g, 0) + 1
+        shape_loss[g] = shape_loss.get(g, 0.0) + loss
         if len(recent) > config.shape_window:
-            g0, rt0 = recent.popleft()
+            g0, rt0, loss0 = recent.popleft()
             shape_rt[g0] -= rt0
             shape_n[g0] -= 1
+            shape_loss[g0] -= loss0
 
     def try_start(k: int, now: float, mask: np.ndarray | None = None) -> bool:
         j = state[k]
