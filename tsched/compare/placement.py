@@ -461,8 +461,14 @@ class Fgd:
         best = cands[0][3]
         if view.admission == "any" and view.wait is not None and view.slowdown is not None:
             loss = d * (view.slowdown(best) - 1.0)  # what this placement adds to the job's time
-            if loss > 0 and view.waited + view.wait(n) < loss:
-                return None  # a compact placement comes sooner than the split would cost
+            wait = view.wait(n) if loss > 0 else math.inf
+            if view.waited + wait < loss:
+                compact = [t[3] for t in cands if is_compact(c, t[3])]
+                if compact:  # a compact placement now: a fragment credit buys no sure slowdown
+                    return compact[0]
+                # a compact placement comes sooner than the split would cost (wait 0: one is free
+                # but reserved for the head job, whose start is an event to come)
+                return None
         return best
 
     @staticmethod

@@ -719,15 +719,19 @@ def simulate(
     placer.pressure = pressure
     placer.clock = lambda: clock[0]
 
+    always_busy = np.bincount(cluster.gpu_node[cluster.busy_mask], minlength=cluster.n_nodes) > 0
+
     def compact_wait(n: int) -> float:
         """Seconds until ``n`` GPUs are free compactly if nothing else starts: one node with
-        room for a job of up to a node, else ``⌈n/G⌉`` nodes with all their jobs ended."""
+        room for a job of up to a node, else ``⌈n/G⌉`` nodes with all their jobs ended (nodes
+        with GPUs busy outside the replay never are). Positive and finite only while a running
+        job's end is awaited, so a job held back always has an event to wake it.)"""
         now = clock[0]
         gmax = int(node_gpus.max())
         if n > gmax:
             k = math.ceil(n / gmax)
-            ends = np.sort(np.maximum(node_end - now, 0.0))
-            return float(ends[k - 1]) if k <= len(ends) else math.inf
+            ends = np.where(always_busy, math.inf, np.maximum(node_end - now, 0.0))
+            return float(np.sort(ends)[k - 1]) if k <= len(ends) else math.inf
         per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
         best = math.inf
         for node in np.flatnonzero(node_gpus >= n):
