@@ -391,8 +391,12 @@ class Fgd:
       sooner than that (``waited + wait(n) < d·(s − 1)``, the wait counted from the first time
       the job was held back), the job waits: the cluster saves ``n·d·(s − 1)`` GPU-seconds and
       the job finishes no later on the expected times. This is delay scheduling (Zaharia et al.,
-      EuroSys'10) with the delay priced by the job model instead of a fixed timeout; the budget
-      is spent once, so a job waits at most its split's cost before it takes the split.
+      EuroSys'10) with the delay priced by the job model instead of a fixed timeout. The budget
+      is spent once: a job waits at most its split's cost before it takes the split, so, as in
+      ski rental, the time it loses to locality (waiting plus slowdown) is at most twice what
+      the better of the two choices would have cost it in hindsight, however wrong the wait
+      estimate. A split that costs the job time gives way to a compact placement that is free
+      now, whatever fragments the split would have filled.
 
     The simulator pairs the rule with a topology-aware reservation for ``backfill``: the head job
     reserves the GPUs this rule would give it (a compact placement when it is waiting for one),
