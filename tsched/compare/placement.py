@@ -398,9 +398,9 @@ class Fgd:
       estimate. A split that costs the job time gives way to a compact placement that is free
       now, whatever fragments the split would have filled.
 
-    The simulator pairs the rule with a topology-aware reservation for ``backfill``: the head job
-    reserves the GPUs this rule would give it (a compact placement when it is waiting for one),
-    not a count (``SimConfig.reservation``).
+    Under ``compact`` admission the simulator pairs the rule with a topology-aware reservation
+    for ``backfill``: the head job reserves the GPUs this rule would give it, not a count
+    (``SimConfig.reservation``).
     """
 
     def __call__(self, view: View, n: int) -> np.ndarray | None:
