@@ -728,8 +728,8 @@ def simulate(
     def compact_wait(n: int) -> float:
         """Seconds until ``n`` GPUs are free compactly if nothing else starts: one node with
         room for a job of up to a node, else ``⌈n/G⌉`` nodes with all their jobs ended (nodes
-        with GPUs busy outside the replay never are). Positive and finite only while a running
-        job's end is awaited, so a job held back always has an event to wake it.)"""
+        with GPUs busy outside the replay never are). A positive finite wait is always some
+        running job's end, so a job held back for locality has an event to wake it."""
         now = clock[0]
         gmax = int(node_gpus.max())
         if n > gmax:
