@@ -199,8 +199,9 @@ class SimConfig:
     @property
     def _own_reservation(self) -> str:
         # under count admission a count serves: the head may start on any GPUs, and a head that
-        # waits for locality waits within its own budget (a topology reservation there left
-        # GPUs idle for nothing: 606 blocked GPU-hours against 129 on Philly at load 1)
+        # waits for locality waits within its own budget (with a topology reservation there,
+        # the head took the node a later 4-GPU job waited for: Pollux's p99 was higher at four
+        # of five loads from 0.8, cluster_policies.md, fgd+topo)
         return "topology" if self.policy == "fgd" and self.admission == "compact" else "count"
 
     @property
