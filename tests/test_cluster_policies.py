@@ -232,6 +232,40 @@ def test_fgd_scatters_what_runs_faster_scattered_and_keeps_whole_nodes_for_the_r
     assert all(recs[f"c{k}"].nodes == 2 for k in range(6))
 
 
+def test_fgd_never_holds_a_job_back_without_an_event_to_wake_it() -> None:
+    # random traces on mixed 8- and 4-GPU nodes, some GPUs busy for good: every job ends under
+    # count admission (a job held back for locality always waits on some running job's end)
+    apps = {"c": AppModel("c", 1.0, 0.0, 5.0), "x": AppModel("x", 1.0, 0.0, 0.0),
+            "m": AppModel("m", 0.2, 0.0, 0.3)}  # fmt: skip
+    types = {"a": NodeType("a", 8, "H100", 80, intra="nvl", nics=1, nic_gbps=100),
+             "b": NodeType("b", 4, "T4", 16, intra="nvl", nics=1, nic_gbps=50)}  # fmt: skip
+    links = {"nvl": LinkClass("nvl", 300, 1), "leaf": LinkClass("leaf", 10, 5),
+             "spine": LinkClass("spine", 5, 10)}  # fmt: skip
+    for seed in (40, 58, 76):  # each stalled before the rule waited only on a job's end
+        rng = np.random.default_rng(seed)
+        nodes = []
+        for k in range(int(rng.integers(3, 9))):
+            t = "a" if rng.random() < 0.5 else "b"
+            g = types[t].gpus
+            busy = rng.choice(g, int(rng.integers(0, g)), replace=False)
+            busy = busy if rng.random() < 0.3 else []
+            nodes.append(Node(f"n{k}", t, {"leaf": f"l{k // 2}", "spine": "s"},
+                              busy=tuple(int(b) for b in busy)))  # fmt: skip
+        c = Cluster("mixed", links, ("leaf", "spine"), types, tuple(nodes))
+        usable = int((~c.busy_mask).sum())
+        sizes = rng.choice([1, 2, 3, 4, 6, 8, 12, 16], 60)
+        arrivals = zip(np.sort(rng.uniform(0, 3000, 60)), sizes, rng.lognormal(5, 1.5, 60),
+                       rng.choice(list(apps), 60))  # fmt: skip
+        jobs = [TraceJob(f"j{k}", float(t), int(min(g, usable)), float(d), str(a))
+                for k, (t, g, d, a) in enumerate(arrivals)]  # fmt: skip
+        for policy in ("fgd", "fgd+topo"):
+            for queue in ("backfill", "fifo"):
+                cfg = parse_policies(policy, SimConfig(queue=queue, seed=seed))[0]
+                res = simulate(jobs, c, cfg, collective=CollectiveModel(), apps=apps)
+                assert len(res.records) == len(jobs)
+                assert all(r.submit <= r.start <= r.end for r in res.records)
+
+
 def test_unknown_rule_and_bad_policy_suffixes_are_refused() -> None:
     c = fabric()
     with pytest.raises(InputError, match="unknown placement rule"):

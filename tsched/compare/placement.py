@@ -470,9 +470,8 @@ class Fgd:
                 compact = [t[3] for t in cands if is_compact(c, t[3])]
                 if compact:  # a compact placement now: a fragment credit buys no sure slowdown
                     return compact[0]
-                # a compact placement comes sooner than the split would cost (wait 0: one is free
-                # but reserved for the head job, whose start is an event to come)
-                return None
+                if wait > 0:  # a compact placement comes sooner than the split would cost
+                    return None
         return best
 
     @staticmethod

@@ -728,15 +728,17 @@ def simulate(
 
     def compact_wait(n: int) -> float:
         """Seconds until ``n`` GPUs are free compactly if nothing else starts: one node with
-        room for a job of up to a node, else ``⌈n/G⌉`` nodes with all their jobs ended (nodes
-        with GPUs busy outside the replay never are). A positive finite wait is always some
-        running job's end, so a job held back for locality has an event to wake it."""
+        room for a job of up to a node, else ``⌈n/G⌉`` nodes of ``G`` GPUs with all their jobs
+        ended (nodes with GPUs busy outside the replay never are). A positive finite wait is
+        always some running job's end, and fgd holds a job back only on one, so a job held back
+        for locality always has an event to wake it."""
         now = clock[0]
         gmax = int(node_gpus.max())
-        if n > gmax:
+        if n > gmax:  # the fewest nodes: largest ones, whole
             k = math.ceil(n / gmax)
-            ends = np.where(always_busy, math.inf, np.maximum(node_end - now, 0.0))
-            return float(np.sort(ends)[k - 1]) if k <= len(ends) else math.inf
+            usable = ~always_busy & (node_gpus == gmax)
+            ends = np.sort(np.maximum(node_end[usable] - now, 0.0))
+            return float(ends[k - 1]) if k <= len(ends) else math.inf
         per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
         best = math.inf
         for node in np.flatnonzero(node_gpus >= n):
