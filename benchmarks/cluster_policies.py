@@ -319,7 +319,7 @@ def _colour(policy):
 
     order = [*BASELINES, *ABLATIONS]
     k = order.index(policy) if policy in order else len(order)
-    return matplotlib.colormaps["tab10"](k % 10)
+    return matplotlib.colormaps["tab10" if k < 10 else "Dark2"](k % 10)
 
 
 def plots(rows, loads, folder):
@@ -362,7 +362,8 @@ def plots(rows, loads, folder):
                 ax.set_ylabel(f"{title} (h), 95% CI band")
                 ax.set_title(f"{name}: {title}, {adm} admission")
                 ax.grid(alpha=0.3)
-        axes[0][-1].legend(fontsize=7, ncol=2)
+        for ax in axes[0]:  # each admission's own policies (the ablations differ)
+            ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         p = folder / f"{name}-load.png"
         fig.savefig(p, dpi=110)
@@ -398,7 +399,8 @@ def plots(rows, loads, folder):
             ax.set_ylabel("share of jobs")
             ax.set_title(f"{name}: JCT CDF, load {ref:.2f}, {adm} admission")
             ax.grid(alpha=0.3)
-        axes[0][0].legend(fontsize=7, ncol=2)
+        for ax in axes[0]:
+            ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         p = folder / f"{name}-buckets.png"
         fig.savefig(p, dpi=110)
