@@ -55,7 +55,9 @@ STUDIES = {
 BASELINES = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "spread", "random",
              "greedy"]  # fmt: skip
 PACKING = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes"]
-ABLATIONS = ["best-fit+topo", "fgd+count", "fgd+topo"]  # fgd+count: compact; fgd+topo: any
+# best fit with fgd's topology reservation; fgd with the other reservation than its own
+ABLATIONS_OF = {"compact": ["best-fit+topo", "fgd+count"], "any": ["best-fit+topo", "fgd+topo"]}
+ABLATIONS = list(dict.fromkeys(a for names in ABLATIONS_OF.values() for a in names))
 OURS = "fgd"
 CEILING = "ceiling"
 
@@ -83,11 +85,8 @@ def _jobs(name: str, load: float, rep: int, days: float, method: str = "jitter")
 
 
 def policies_for(admission):
-    """Every baseline, the ablations and fgd: best fit with fgd's topology reservation, and fgd
-    with the other reservation than its own (a count under compact admission, topology under
-    count admission)."""
-    other = "fgd+topo" if admission == "any" else "fgd+count"
-    return [*BASELINES, *[a for a in ABLATIONS if not a.startswith("fgd") or a == other], OURS]
+    """Every baseline, the admission's ablations (:data:`ABLATIONS_OF`) and fgd."""
+    return [*BASELINES, *ABLATIONS_OF[admission], OURS]
 
 
 def cells(loads, replicas, admissions, days):
@@ -114,12 +113,13 @@ def p99_floor(name, jobs) -> float:
 
     coll, apps = default_apps()
     placer = _Placer(_cluster(name), SimConfig(), coll, apps)
-    low = []
+    share = {}  # (app, GPUs) → compute over compact step time
     for j in jobs:
-        app = apps[j.app]
-        compute = float(app.compute_seconds(app.local_bsz))
-        low.append(j.duration * min(1.0, compute / placer.packed_iteration(app, j.gpus)))
-    return float(np.percentile(low, 99))
+        if (j.app, j.gpus) not in share:
+            app = apps[j.app]
+            compute = float(app.compute_seconds(app.local_bsz))
+            share[j.app, j.gpus] = min(1.0, compute / placer.packed_iteration(app, j.gpus))
+    return float(np.percentile([j.duration * share[j.app, j.gpus] for j in jobs], 99))
 
 
 def _fmt_ci(m, lo, hi, scale=3600.0):
@@ -170,8 +170,8 @@ def mechanism(rows, loads):
 
 
 def analyse(rows, loads, floors=None):
-    """Tables and goal verdicts per trace and admission regime; ``floors`` maps (trace, load)
-    to the mean over replicas of :func:`p99_floor`."""
+    """Tables and goal verdicts per trace and admission regime; ``floors`` maps a trace to the
+    mean over replicas of :func:`p99_floor`."""
     by = defaultdict(list)
     for r in rows:
         by[(r.trace, r.admission, r.load, r.policy)].append(r)
@@ -302,7 +302,7 @@ def _goals(name, adm, goal_rows, names_b, floors):
                 "; ≥5 % / ≥10 % with CIs apart, no bucket > 2 % worse: "
                 f"**{'met' if win else 'not met'}**"
             )
-            floor = floors.get((name, load))
+            floor = floors.get(name)
             if floor:
                 room = 1 - floor / stats[best_p99]["p99"][0]
                 line += (f" (p99 floor {floor / 3600:.2f} h: no policy's p99 can be more than "
@@ -476,13 +476,13 @@ def report(args, rows, loads, replicas, days, total):
         else {"minutes": float("nan"), "workers": 0, "ray": False}
     )
     pics = plots(rows, loads, folder)
+    # run times do not depend on the load (it scales arrival times only): one floor a trace
     floors = {
-        (name, load): float(np.mean([
-            p99_floor(name, _jobs(name, load, rep, days, args.replica_method))
-            for rep in sorted({r.replica for r in rows if r.trace == name and r.load == load})
+        name: float(np.mean([
+            p99_floor(name, _jobs(name, loads[0], rep, days, args.replica_method))
+            for rep in sorted({r.replica for r in rows if r.trace == name})
         ]))
         for name in STUDIES
-        for load in loads
     }  # fmt: skip
     tables, verdicts = analyse(rows, loads, floors)
     print("\n".join(verdicts), file=sys.stderr)

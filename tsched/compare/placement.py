@@ -377,9 +377,9 @@ class Fgd:
       that cannot use it compactly.
     * **Model margin.** A speed-up the job model predicts for a scattered placement is acted on
       only beyond ``margin`` (``SimConfig.model_margin``, 10 %: the model's median error in
-      calibration is 3–14 % per application). Without it, 1–2 % predicted gains spread the
-      largest, longest jobs over every node, and no node was whole for hours when a job that
-      needs one arrived.
+      calibration is 3–14 % per application). In exploratory runs without it, gains within
+      that error spread the largest, longest jobs over every node, and no node was whole for
+      hours when a job that needs one arrived.
     * **Candidates**: every node with room (jobs of up to one node); whole nodes of each leaf,
       fewest whole nodes first, and across leaves, each with the best-fitting node for a
       remainder (larger jobs); and under ``any`` the holes-first and the round-robin split. Ties

@@ -200,8 +200,9 @@ class SimConfig:
     def _own_reservation(self) -> str:
         # under count admission a count serves: the head may start on any GPUs, and a head that
         # waits for locality waits within its own budget (with a topology reservation there,
-        # the head took the node a later 4-GPU job waited for: Pollux's p99 was higher at every
-        # load from 0.8, 8.47 h against 8.14 h at load 1; cluster_policies.md, fgd+topo)
+        # the head took the node a later 4-GPU job waited for: Pollux's mean p99 was higher at
+        # every load from 0.8, intervals apart at load 1, 8.47 ± 0.17 h against 8.14 ± 0.03;
+        # cluster_policies.md, fgd+topo)
         return "topology" if self.policy == "fgd" and self.admission == "compact" else "count"
 
     @property
@@ -405,7 +406,7 @@ class _Placer:
         self.pressure: Callable[[float, int], float] | None = None  # fgd's fragment weight
         self.wait: Callable[[int], float] | None = None  # seconds until a compact placement
         self.clock: Callable[[], float] | None = None
-        self.deferred: dict[str, float] = {}  # job → when fgd first let it wait for locality
+        self.deferred: dict[int, float] = {}  # job index → when fgd first held it for locality
         self._loss: dict[tuple[str, int], float] = {}
         levels = cluster.levels
         self.domain_of_node = (
@@ -488,11 +489,12 @@ class _Placer:
         return self.iteration(app, gpus)[0] / self.packed_iteration(app, len(gpus))
 
     def place(
-        self, job: TraceJob, free: np.ndarray, defer: bool = True
+        self, job: TraceJob, free: np.ndarray, waiter: int | None = None
     ) -> tuple[np.ndarray, float] | None:
         """GPUs for ``job`` among ``free`` (a bool mask), and the plan's objective; None if the
-        policy finds no placement (or none its admission regime allows). ``defer``: ``fgd`` may
-        let the job wait for a compact placement (off for hypothetical masks)."""
+        policy finds no placement (or none its admission regime allows). ``waiter``: the job's
+        index when it may wait for a compact placement (``fgd``; ``None`` for hypothetical
+        masks)."""
         n = job.gpus
         c = self.cluster
         free_idx = np.flatnonzero(free)
@@ -504,7 +506,7 @@ class _Placer:
 
             app = self.app(job)
             fgd = self.rule == "fgd"
-            defers = fgd and defer and self.wait is not None and self.clock is not None
+            defers = fgd and waiter is not None and self.wait is not None and self.clock is not None
             now = self.clock() if defers and self.clock else 0.0
             view = View(c, free, free_per_node, self.config.admission, self.rng, self.shapes,
                         lambda g: self.slowdown(app, g),
@@ -513,14 +515,15 @@ class _Placer:
                         weight=self.pressure(job.duration, len(free_idx))
                         if fgd and self.pressure else 1.0,
                         wait=self.wait if defers else None,
-                        waited=now - self.deferred.get(job.name, now),
+                        waited=now - self.deferred.get(waiter, now) if defers else 0.0,
                         margin=self.config.model_margin)  # fmt: skip
             gpus = place(self.rule, view, n)
             if gpus is None:
-                if defers and int(free_per_node.sum()) >= n:
-                    self.deferred.setdefault(job.name, now)
+                if defers:  # enough GPUs are free: fgd held the job back for locality
+                    self.deferred.setdefault(waiter, now)
                 return None
-            self.deferred.pop(job.name, None)
+            if waiter is not None:
+                self.deferred.pop(waiter, None)
             return gpus, 0.0
         compact = self.config.admission == "compact"
         if n == 1:
@@ -904,7 +907,7 @@ def simulate(
 
     def try_start(k: int, now: float, mask: np.ndarray | None = None) -> bool:
         j = state[k]
-        placed = placer.place(j.trace, free if mask is None else mask)
+        placed = placer.place(j.trace, free if mask is None else mask, waiter=k)
         if placed is None:
             return False
         start(j, placed[0], placed[1], now)
@@ -988,7 +991,7 @@ def simulate(
         gmax = int(node_gpus.max())
         from tsched.compare.placement import is_compact
 
-        waits_compact = config.admission == "any" and head.trace.name in placer.deferred
+        waits_compact = config.admission == "any" and head.index in placer.deferred
         nodes_only = config.admission == "compact" or placer.rule == "whole-nodes" or waits_compact
         most = max(per_node)  # the most free GPUs on one node
         whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
@@ -1012,7 +1015,7 @@ def simulate(
                 continue
             future = free.copy()
             future[np.concatenate(released)] = True
-            got = placer.place(head.trace, future, defer=False)
+            got = placer.place(head.trace, future)
             if got is not None and waits_compact and not is_compact(cluster, got[0]):
                 continue  # the head waits for locality: it reserves a compact placement
             if got is not None:
