@@ -9,6 +9,11 @@ values (``tests/data/qaplib/index.csv``). FAQ is scipy's ``quadratic_assignment(
 with ``P0="randomized"``, best of 10 seeds, timed as a whole.
 
     python -m benchmarks.qaplib [--quick] [--limits 1,10] [--max-n 100] [--only tai100a]
+        [--tenure 0.9,1.1] [--name qaplib-robust]
+
+Tabu runs its default two threads side by side (``tsched.solvers.tabu.THREADS``), each with its
+own tenure range (``TENURES``); ``--tenure lo,hi`` gives every thread the range
+(lo·n, hi·n) instead, the ablation of that portfolio.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from scipy.optimize import quadratic_assignment
 import tsched
 from benchmarks._common import ROOT, machine, markdown_table, write_result
 from tsched.formats.qaplib import qap_cost, read_dat
+from tsched.solvers.tabu import TENURES, THREADS
 
 QAPLIB = ROOT / "tests" / "data" / "qaplib"
 
@@ -51,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limits", default="1,10", help="tabu time limits in seconds")
     parser.add_argument("--max-n", type=int, default=100)
     parser.add_argument("--only", default="", help="comma-separated instance names")
+    parser.add_argument(
+        "--tenure", default="", help="one tenure range for every thread, as fractions lo,hi of n"
+    )
+    parser.add_argument("--name", default="", help="result file name (default from the run)")
     args = parser.parse_args(argv)
     limits = [1.0] if args.quick else [float(x) for x in args.limits.split(",")]
     max_n = 30 if args.quick else args.max_n
@@ -66,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     warm = read_dat(QAPLIB / "instances" / "nug12.dat")
     tsched.solve_qap(warm.flow, warm.distance, method="tabu", options={"iterations": 10})
 
+    tenures = (
+        " and ".join(f"{lo:g}–{hi:g}" for lo, hi in TENURES[:THREADS])
+        if not args.tenure
+        else args.tenure.replace(",", "–") + " in every thread"
+    )
     table = []
     gaps: dict[str, list[float]] = {f"tabu {t:g}s": [] for t in limits}
     gaps["FAQx10"] = []
@@ -77,8 +92,15 @@ def main(argv: list[str] | None = None) -> int:
         faq, faq_s = faq_best_of(inst.flow, inst.distance)
         cells = [name, str(n), str(best)]
         results = {}
+        options = {}
+        if args.tenure:
+            lo, hi = (float(x) for x in args.tenure.split(","))
+            low = max(1, int(lo * n))
+            options["tenure"] = f"{low},{max(low + 1, int(hi * n) + 1)}"
         for t in limits:
-            res = tsched.solve_qap(inst.flow, inst.distance, method="tabu", time_limit=t, seed=0)
+            res = tsched.solve_qap(
+                inst.flow, inst.distance, method="tabu", time_limit=t, seed=0, options=options
+            )
             results[f"tabu {t:g}s"] = (res.objective, res.wall_time)
         results["FAQx10"] = (faq, faq_s)
         for key, (value, seconds) in results.items():
@@ -107,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             "# QAPLIB: tabu search vs scipy FAQ x10\n",
             f"Machine: {machine()}\n",
+            f"Tabu: {THREADS} threads side by side, tenure ranges (fractions of n) {tenures}.\n",
             f"Command: `python -m benchmarks.qaplib {' '.join(argv or sys.argv[1:])}`; "
             f"{len(rows)} instances with n ≤ {max_n}; tabu seed 0.\n",
             "## Summary\n",
@@ -123,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     name = "qaplib-quick" if args.quick else "qaplib"
     if args.only:
         name += "-" + "-".join(sorted(wanted))[:60]
+    name = args.name or name
     write_result(name, text)
     return 0
 

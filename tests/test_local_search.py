@@ -139,3 +139,191 @@ def test_row_contiguous_update_matches_the_reference(seed, n, dummies, moves) ->
         real = np.triu(np.ones((k, k), dtype=bool), 1)
         real[n:, n:] = False
         assert np.allclose(fast[real], ref[real])
+
+
+def symmetric_case(seed: int, n: int, k: int):
+    rng = np.random.default_rng(seed)
+    f = np.zeros((k, k))
+    f[:n, :n] = rng.integers(0, 9, (n, n)) * (rng.random((n, n)) < 0.6)
+    f = np.triu(f, 1) + np.triu(f, 1).T
+    d = rng.integers(1, 9, (k, k)).astype(float)
+    d = np.triu(d, 1) + np.triu(d, 1).T
+    lin = np.zeros((k, k))
+    lin[:n] = rng.integers(0, 5, (n, k))
+    return f, d, lin
+
+
+@given(st.integers(0, 2**31), st.integers(2, 8), st.integers(0, 3), st.integers(1, 6))
+@settings(max_examples=60, deadline=None)
+def test_symmetric_update_matches_the_reference(seed, n, dummies, moves) -> None:
+    """The halved update for symmetric flows and distances (zero diagonals) keeps the same delta
+    matrix as the general reference ``_update``, dummies included."""
+    from tsched.solvers.tabu import symmetric
+
+    k = n + dummies
+    f, d, lin = symmetric_case(seed, n, k)
+    assert symmetric(f, d)
+    rng = np.random.default_rng(seed + 5)
+    perm = rng.permutation(k).astype(np.int64)
+    ref = kernel.delta_matrix(f, d, lin, perm, n)
+    fast = ref.copy()
+    p = d[np.ix_(perm, perm)].copy()
+    a, P = np.empty(k), np.empty(k)
+    real = np.triu(np.ones((k, k), dtype=bool), 1)
+    real[n:, n:] = False
+    for _ in range(moves):
+        u, v = sorted(rng.choice(k, 2, replace=False))
+        if u >= n:  # two dummies: not a move
+            continue
+        perm[u], perm[v] = perm[v], perm[u]
+        kernel._exchange_rows_cols(p, u, v)
+        kernel._update(f, d, lin, perm, ref, u, v, n)
+        kernel._update_sym(f, p, lin, perm, fast, u, v, n, a, P)
+        assert np.allclose(fast[real], ref[real])
+        assert np.allclose(fast[real], kernel.delta_matrix(f, d, lin, perm, n)[real])
+
+
+def reference_choice(delta, tabu, perm, rows, recent, stale, current, best):
+    """Robust tabu search's choice as one row-major scan reads it (the kernel's first form)."""
+    k = len(perm)
+    chosen, chosen_r, chosen_s = np.inf, -1, -1
+    for r in range(rows):
+        for s in range(r + 1, k):
+            value = delta[r, s]
+            t_rs, t_sr = tabu[r, perm[s]], tabu[s, perm[r]]
+            if t_rs < stale and t_sr < stale:
+                return r, s
+            if value < chosen and (
+                not (t_rs >= recent and t_sr >= recent) or current + value < best - 1e-12
+            ):
+                chosen, chosen_r, chosen_s = value, r, s
+    if chosen_r < 0:
+        flat = [(delta[r, s], r, s) for r in range(rows) for s in range(r + 1, k)]
+        _, chosen_r, chosen_s = min(flat)
+    return chosen_r, chosen_s
+
+
+@given(st.integers(0, 2**31), st.integers(2, 9), st.integers(0, 3))
+@settings(max_examples=150, deadline=None)
+def test_vectorised_choice_matches_the_row_major_scan(seed, n, dummies) -> None:
+    """The branch-free choice (deltas, and each pair's two tabu times as min and max) picks the
+    same exchange as the plain scan: forced moves first, aspiration, tabu, ties to the first."""
+    rng = np.random.default_rng(seed)
+    k = n + dummies
+    delta = np.triu(rng.integers(-3, 4, (k, k)).astype(float), 1)
+    delta[n:] = 0.0
+    tabu = rng.integers(0, 40, (k, k))
+    perm = rng.permutation(k).astype(np.int64)
+    tmin = np.zeros((k, k), dtype=np.int64)
+    tmax = np.zeros((k, k), dtype=np.int64)
+    for w in range(k):
+        kernel._mark_pairs_of(tabu, perm, tmin, tmax, w, n)
+    recent = int(rng.integers(0, 45))
+    stale = int(rng.choice([-1, int(rng.integers(0, 10))]))
+    current, best = 10.0, float(rng.choice([10.0, 8.5, 13.0]))
+    r, s, value = kernel._best_move(delta, tmin, tmax, n, recent, stale, best - current - 1e-12)
+    assert (r, s) == reference_choice(delta, tabu, perm, n, recent, stale, current, best)
+    assert value == delta[r, s]
+
+
+def test_symmetric_kernel_follows_the_general_one() -> None:
+    """On a symmetric instance the halved arithmetic takes the very same moves."""
+    from tsched.solvers.tabu import dense_delta_matrix, symmetric
+
+    inst = read_dat(QAPLIB / "instances" / "nug30.dat")
+    f, d = inst.flow.astype(float), inst.distance.astype(float)
+    assert symmetric(f, d)
+    k = len(f)
+    lin = np.zeros((k, k))
+    perm = np.random.default_rng(1).permutation(k).astype(np.int64)
+    runs = [
+        kernel.tabu_search(
+            f,
+            d,
+            lin,
+            perm,
+            k,
+            3000,
+            27,
+            34,
+            5 * k * k,
+            7,
+            -np.inf,
+            dense_delta_matrix(f, d, lin, perm, k),
+            sym,
+            np.zeros(1, dtype=np.int64),
+        )
+        for sym in (False, True)
+    ]
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1] == kernel.cost(f, d, lin, runs[0][0])
+
+
+def test_threads_option_is_checked() -> None:
+    from tsched.errors import InputError
+
+    inst = read_dat(QAPLIB / "instances" / "nug12.dat")
+    one = tsched.solve_qap(
+        inst.flow, inst.distance, method="tabu", options={"threads": 1, "iterations": 500}
+    )
+    assert "threads" not in one.message
+    for bad in ("0", "x", "1.5", -2):
+        with pytest.raises(InputError, match=r"option threads=.* must be a positive integer"):
+            tsched.solve_qap(inst.flow, inst.distance, method="tabu", options={"threads": bad})
+
+
+def test_reaching_the_bound_ends_a_threaded_solve_early() -> None:
+    """From a scrambled start on a job whose optimum the bound proves, two threads end the solve
+    proved long before its time limit."""
+    from conftest import fabric
+
+    from tsched.workload import Layout, ModelSpec, Workload
+
+    model = ModelSpec(params_b=7, hidden=4096, layers=32, seq_len=4096, micro_batches=8)
+    problem = PlacementProblem.build(
+        fabric(4, 2), Workload.from_layout("j", Layout(tp=4, pp=2, dp=2), model)
+    )
+    plan = tsched.solve(problem, method="greedy")
+    hint = np.random.default_rng(0).permutation(plan.assignment)
+    assert objective(problem, hint) > plan.objective
+    result = tsched.solve(
+        problem, method="tabu", time_limit=60, seed=0, options={"hint": hint, "threads": 2}
+    )
+    assert result.status == "optimal"
+    assert result.objective == pytest.approx(result.bound)
+    assert result.wall_time < 20
+
+
+def test_the_halt_flag_is_set_at_the_target_and_stops_a_search() -> None:
+    """The kernel sets the shared flag when it reaches the target, and a search (kernel or
+    chunk loop) started under a set flag makes no move: how one thread stops the others."""
+    from tsched.solvers.tabu import dense_delta_matrix, run_chunks, subproblem
+
+    inst = read_dat(QAPLIB / "instances" / "nug12.dat")
+    f, d = inst.flow.astype(float), inst.distance.astype(float)
+    k = len(f)
+    lin = np.zeros((k, k))
+    perm = np.arange(k, dtype=np.int64)
+
+    def run(halt, target, iterations=20_000):
+        return kernel.tabu_search(
+            f, d, lin, perm, k, iterations, 10, 14, 5 * k * k, 1, target,
+            dense_delta_matrix(f, d, lin, perm, k), True, halt,
+        )  # fmt: skip
+
+    halt = np.zeros(1, dtype=np.int64)
+    _, value, moves = run(halt, 578.0)  # nug12's optimum
+    assert value == 578.0 and 0 < moves < 20_000 and halt[0] == 1
+    assert run(halt, 578.0)[2] == 0  # set: no move
+    _, _, moves = run(np.zeros(1, dtype=np.int64), -1.0, iterations=300)
+    assert moves == 300  # unset and out of reach: the whole budget
+    problem = PlacementProblem.from_qap(inst.flow, inst.distance)
+    sub = subproblem(problem, np.arange(k), np.arange(0))
+    calls = []
+
+    def step(begin, budget, chunk_seed):
+        calls.append(budget)
+        return begin, 600.0, budget
+
+    run_chunks(sub, step, None, 1000, 0, -1.0, None, np.ones(1, dtype=np.int64))
+    assert calls == []

@@ -93,7 +93,15 @@ def _update(f, d, lin, perm, delta, u, v, n_real):  # pragma: no cover - compile
             row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
 
 
-@njit(cache=True)
+#: Floating-point licences for the summing and minimising loops, so that LLVM vectorises
+#: them (reassociation, and no NaN or infinity: deltas are finite, the scan's sentinel is
+#: :data:`HUGE`).
+FAST = True
+#: Larger than any delta: the scan's "none yet".
+HUGE = 1e300
+
+
+@njit(cache=True, fastmath=FAST)
 def _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq):  # pragma: no cover - compiled
     """:func:`swap_delta` on row-contiguous data: ``ft = fᵀ``, ``p[x, y] = d[perm[x],
     perm[y]]`` and ``pt = pᵀ`` kept current by the caller; facilities from ``nq`` on are
@@ -102,11 +110,31 @@ def _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq):  # pragma: no cover - c
     delta += lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
     ftr, fts, ptr, pts = ft[r], ft[s], pt[r], pt[s]
     fr, fs, pr, ps = f[r], f[s], p[r], p[s]
+    acc = 0.0
     for q in range(nq):
-        if q == r or q == s:
-            continue
-        delta += (ftr[q] - fts[q]) * (pts[q] - ptr[q]) + (fr[q] - fs[q]) * (ps[q] - pr[q])
-    return delta
+        acc += (ftr[q] - fts[q]) * (pts[q] - ptr[q]) + (fr[q] - fs[q]) * (ps[q] - pr[q])
+    # the loop took in q = r and q = s; take their terms back out
+    for q in (r, s):
+        if q < nq:
+            acc -= (ftr[q] - fts[q]) * (pts[q] - ptr[q]) + (fr[q] - fs[q]) * (ps[q] - pr[q])
+    return delta + acc
+
+
+@njit(cache=True, fastmath=FAST)
+def _sym_swap_delta(f, p, lin, perm, r, s, nq):  # pragma: no cover - compiled
+    """:func:`_swap_delta_rows` when f and d are symmetric with zero diagonals: the two sums
+    of Taillard's formula are equal, so one is computed and doubled."""
+    fr, fs, pr, ps = f[r], f[s], p[r], p[s]
+    acc = 0.0
+    for q in range(nq):
+        acc += (fr[q] - fs[q]) * (ps[q] - pr[q])
+    # q = r and q = s, as the loop counted them (zero diagonals): −f[s,r]·p[s,r] twice
+    if r < nq:
+        acc += fs[r] * ps[r]
+    if s < nq:
+        acc += fr[s] * pr[s]
+    lin_part = lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
+    return lin_part + 2.0 * acc
 
 
 @njit(cache=True)
@@ -119,7 +147,7 @@ def _exchange_rows_cols(m, r, s):  # pragma: no cover - compiled
         m[x, r], m[x, s] = m[x, s], m[x, r]
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=FAST)
 def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no cover - compiled
     """:func:`_update` on row-contiguous data (see :func:`_swap_delta_rows`); ``perm``, ``p``
     and ``pt`` already reflect the exchange."""
@@ -131,21 +159,160 @@ def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no co
     Q = p[u] - p[v]  # Q[x] = d[perm[u], perm[x]] − d[perm[v], perm[x]]
     for r in range(nq):
         if r == u or r == v:
-            for s in range(r + 1, k):
-                delta[r, s] = _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq)
             continue
         ar, br, Pr, Qr = a[r], b[r], P[r], Q[r]
         row = delta[r]
-        for s in range(r + 1, k):
-            if s == u or s == v:
-                row[s] = _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq)
-                continue
+        for s in range(r + 1, k):  # branch-free (vectorised); the u and v columns redone below
             row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
+    _redo_pairs_of(f, ft, p, pt, lin, perm, delta, u, v, nq, False)
+
+
+@njit(cache=True, fastmath=FAST)
+def _update_sym(f, p, lin, perm, delta, u, v, n_real, a, P):  # pragma: no cover - compiled
+    """:func:`_update_rows` for symmetric f and d with zero diagonals: the untouched pairs
+    change by 2·(a[r] − a[s])·(P[s] − P[r]) (the two halves of Taillard's term are equal);
+    ``a`` and ``P`` are scratch vectors of length k."""
+    k = perm.shape[0]
+    nq = min(k, n_real)
+    for x in range(k):
+        a[x] = f[u, x] - f[v, x]
+        P[x] = p[u, x] - p[v, x]
+    for r in range(nq):
+        if r == u or r == v:
+            continue
+        ar, Pr = a[r], P[r]
+        row = delta[r]
+        for s in range(r + 1, k):
+            row[s] += 2.0 * (ar - a[s]) * (P[s] - Pr)
+    _redo_pairs_of(f, f, p, p, lin, perm, delta, u, v, nq, True)
+
+
+@njit(cache=True, fastmath=FAST)
+def _redo_pairs_of(f, ft, p, pt, lin, perm, delta, u, v, nq, sym):  # pragma: no cover
+    """Recompute, in O(k) each, the deltas of every pair that contains u or v (Taillard's O(1)
+    term holds only for pairs apart from both); pairs of two dummies are never moves. The sums
+    of :func:`_swap_delta_rows` and :func:`_sym_swap_delta` are written out here (a call per
+    pair costs twice the arithmetic)."""
+    k = perm.shape[0]
+    for w in (u, v):
+        fw, pw, ftw, ptw = f[w], p[w], ft[w], pt[w]
+        top = k if w < nq else nq  # a dummy pairs with real facilities only
+        for x in range(top):
+            if x == w:
+                continue
+            fx, px = f[x], p[x]
+            acc = 0.0
+            if sym:
+                for q in range(nq):
+                    acc += (fx[q] - fw[q]) * (pw[q] - px[q])
+            else:
+                ftx, ptx = ft[x], pt[x]
+                for q in range(nq):
+                    acc += (ftx[q] - ftw[q]) * (ptw[q] - ptx[q]) + (fx[q] - fw[q]) * (pw[q] - px[q])
+            r, s = (x, w) if x < w else (w, x)
+            if sym:
+                delta[r, s] = _sym_finish(f, p, lin, perm, r, s, nq, acc)
+            else:
+                delta[r, s] = _rows_finish(f, ft, p, pt, lin, perm, r, s, nq, acc)
+
+
+@njit(cache=True, fastmath=FAST, inline="always")
+def _sym_finish(f, p, lin, perm, r, s, nq, acc):  # pragma: no cover - compiled
+    """:func:`_sym_swap_delta` from its sum over every q."""
+    if r < nq:
+        acc += f[s, r] * p[s, r]
+    if s < nq:
+        acc += f[r, s] * p[r, s]
+    return lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]] + 2.0 * acc
+
+
+@njit(cache=True, fastmath=FAST, inline="always")
+def _rows_finish(f, ft, p, pt, lin, perm, r, s, nq, acc):  # pragma: no cover - compiled
+    """:func:`_swap_delta_rows` from its sum over every q."""
+    for q in (r, s):
+        if q < nq:
+            acc -= (ft[r, q] - ft[s, q]) * (pt[s, q] - pt[r, q]) + (f[r, q] - f[s, q]) * (
+                p[s, q] - p[r, q]
+            )
+    delta = (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])
+    delta += lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
+    return delta + acc
 
 
 @njit(cache=True)
+def _mark_pairs_of(tabu, perm, tmin, tmax, w, rows):  # pragma: no cover - compiled
+    """Refresh, for every pair (x, w), when each of the two last left the other's location:
+    ``tmin`` is the later-forgotten of the two (a move is tabu while it is recent), ``tmax``
+    the other (a move is forced once it is stale)."""
+    k = perm.shape[0]
+    top = k if w < rows else rows
+    for x in range(top):
+        if x == w:
+            continue
+        r, s = (x, w) if x < w else (w, x)
+        t_rs = tabu[r, perm[s]]  # when r last left s's location
+        t_sr = tabu[s, perm[r]]
+        tmin[r, s] = min(t_rs, t_sr)
+        tmax[r, s] = max(t_rs, t_sr)
+
+
+@njit(cache=True, fastmath=FAST)
+def _best_move(delta, tmin, tmax, rows, recent, stale, slack):  # pragma: no cover - compiled
+    """Robust tabu search's choice, as a scan in row-major order would make it: the first pair
+    that is forced (both facilities away from the other's location since ``stale``); else the
+    least delta if it is below ``slack`` (aspiration: it beats the best plan); else the least
+    delta among pairs not tabu (tmin < ``recent``); else, everything tabu, the least delta.
+    Each row is reduced branch-free (vectorised); one row is then searched for the index."""
+    k = delta.shape[0]
+    all_v, all_r = HUGE, -1
+    adm_v, adm_r = HUGE, -1
+    for r in range(rows):
+        row, mn, mx = delta[r], tmin[r], tmax[r]
+        lo_all, lo_adm = HUGE, HUGE
+        oldest = stale
+        for s in range(r + 1, k):
+            value = row[s]
+            lo_all = min(lo_all, value)
+            lo_adm = min(lo_adm, value if mn[s] < recent else HUGE)
+            oldest = min(oldest, mx[s])
+        if oldest < stale:
+            for s in range(r + 1, k):
+                if mx[s] < stale:
+                    return r, s, row[s]
+        if lo_all < all_v:
+            all_v, all_r = lo_all, r
+        if lo_adm < adm_v:
+            adm_v, adm_r = lo_adm, r
+    if all_r < 0:
+        return -1, -1, HUGE
+    if all_v < slack or adm_r < 0:
+        row = delta[all_r]
+        for s in range(all_r + 1, k):
+            if row[s] == all_v:
+                return all_r, s, all_v
+    row, mn = delta[adm_r], tmin[adm_r]
+    for s in range(adm_r + 1, k):
+        if row[s] == adm_v and mn[s] < recent:
+            return adm_r, s, adm_v
+    return -1, -1, HUGE  # not reached
+
+
+@njit(cache=True, nogil=True)
 def tabu_search(
-    f, d, lin, perm, n_real, iterations, tenure_lo, tenure_hi, aspiration, seed, target, delta
+    f,
+    d,
+    lin,
+    perm,
+    n_real,
+    iterations,
+    tenure_lo,
+    tenure_hi,
+    aspiration,
+    seed,
+    target,
+    delta,
+    sym,
+    halt,
 ):  # pragma: no cover - compiled
     """Robust tabu search (Taillard 1991) for ``iterations`` moves from ``perm``.
 
@@ -154,8 +321,14 @@ def tabu_search(
     move is still taken when it beats the best value (aspiration), and a move that places a
     facility on a location it has not visited for ``aspiration`` moves is forced. Stops early at
     ``target``. ``delta`` is the delta matrix of ``perm`` (:func:`delta_matrix`, or the faster
-    :func:`tsched.solvers.tabu.dense_delta_matrix`); it is updated in place. Returns (best
-    permutation, best value, moves made).
+    :func:`tsched.solvers.tabu.dense_delta_matrix`); it is updated in place. ``sym``: f and d
+    are symmetric with zero diagonals (half the arithmetic per move). ``halt`` is a one-element
+    flag shared by searches in other threads: the search stops when it is set, and sets it on
+    reaching ``target``. Returns (best permutation, best value, moves made).
+
+    Per move: the choice reads three k×k tables row by row (deltas and, per pair, the two
+    tabu times as min and max, kept current in O(k) a move), and the update is O(1) per
+    untouched pair and O(k) for the 2k pairs of the exchanged facilities.
     """
     np.random.seed(seed)
     k = perm.shape[0]
@@ -169,60 +342,42 @@ def tabu_search(
         for y in range(k):
             p[x, y] = d[perm[x], perm[y]]
     pt = p.T.copy()
-    tabu = np.full((k, k), -(k * k) - 1, dtype=np.int64)  # tabu[i, l]: when i last left l
-    tabu_t = tabu.T.copy()  # tabu_t[l, i] = tabu[i, l]: the scan reads it row-wise
+    a = np.empty(k)
+    P = np.empty(k)
+    never = -(k * k) - 1
+    # move numbers restart with each call (a chunk of < 2**31 moves): int32 halves the tables
+    tabu = np.full((k, k), never, dtype=np.int32)  # tabu[i, l]: when i last left l
+    tmin = np.full((k, k), never, dtype=np.int32)
+    tmax = np.full((k, k), never, dtype=np.int32)
     tenure = np.random.randint(tenure_lo, tenure_hi + 1)
     rows = min(k, n_real)  # dummies come last: a pair of two dummies is never a move
     it = 0
-    while it < iterations:
+    while it < iterations and halt[0] == 0:
         it += 1
         if it % (2 * tenure_hi) == 0:
             tenure = np.random.randint(tenure_lo, tenure_hi + 1)
-        chosen_r, chosen_s = -1, -1
-        chosen = np.inf
-        forced = False
-        recent = it - tenure
-        stale = it - aspiration
-        for r in range(rows):
-            pr = perm[r]
-            left_r = tabu[r]
-            left_at_pr = tabu_t[pr]
-            row = delta[r]
-            for s in range(r + 1, k):
-                value = row[s]
-                t_rs = left_r[perm[s]]  # when r last left s's location
-                t_sr = left_at_pr[s]  # when s last left r's location
-                if t_rs < stale and t_sr < stale:  # both long ago: force it
-                    if not forced:
-                        chosen, chosen_r, chosen_s, forced = value, r, s, True
-                    continue
-                if forced:
-                    continue
-                if value < chosen and (
-                    not (t_rs >= recent and t_sr >= recent) or current + value < best - 1e-12
-                ):
-                    chosen, chosen_r, chosen_s = value, r, s
-        if chosen_r < 0:  # everything tabu: take the best move regardless
-            for r in range(rows):
-                for s in range(r + 1, k):
-                    if delta[r, s] < chosen:
-                        chosen, chosen_r, chosen_s = delta[r, s], r, s
-            if chosen_r < 0:
-                break
-        r, s = chosen_r, chosen_s
+        r, s, chosen = _best_move(
+            delta, tmin, tmax, rows, it - tenure, it - aspiration, best - current - 1e-12
+        )
+        if r < 0 or chosen >= HUGE:
+            break
         tabu[r, perm[r]] = it
         tabu[s, perm[s]] = it
-        tabu_t[perm[r], r] = it
-        tabu_t[perm[s], s] = it
         perm[r], perm[s] = perm[s], perm[r]
         _exchange_rows_cols(p, r, s)
-        _exchange_rows_cols(pt, r, s)
         current += chosen
-        _update_rows(f, ft, p, pt, lin, perm, delta, r, s, n_real)
+        if sym:
+            _update_sym(f, p, lin, perm, delta, r, s, n_real, a, P)
+        else:
+            _exchange_rows_cols(pt, r, s)
+            _update_rows(f, ft, p, pt, lin, perm, delta, r, s, n_real)
+        _mark_pairs_of(tabu, perm, tmin, tmax, r, rows)
+        _mark_pairs_of(tabu, perm, tmin, tmax, s, rows)
         if current < best - 1e-12:
             best = current
             best_perm[:] = perm
             if best <= target:
+                halt[0] = 1
                 break
     return best_perm, cost(f, d, lin, best_perm), it
 

@@ -16,6 +16,7 @@ Compiled with numba when installed; ``_local_kernel`` runs as plain Python other
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,11 @@ MAX_LOCATIONS = 1024
 #: Longest chunk (moves per location) before a restart from the best plan.
 CHUNK_CAP = 500
 
+
+#: Independent searches run side by side (threads; the kernel releases the GIL). Fixed rather
+#: than the machine's core count, so that a seed and an iteration budget give the same plan
+#: everywhere; on one core the searches share it.
+THREADS = 2
 
 #: Largest raw QAP (locations) that gets FAQ starts.
 FAQ_MAX_LOCATIONS = 512
@@ -143,22 +149,25 @@ def run_chunks(
     seed: int,
     target: float,
     begin_perm: np.ndarray | None = None,
+    halt: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, int]:
     """Run ``step(perm, budget, seed) -> (perm, value, moves)`` until the iteration budget or
     the time limit. Each chunk starts from the best permutation; after a chunk that did not
     improve it, from the best with a few random exchanges (iterated local search), so a search
-    stuck in one basin moves on. Seeds derive from ``seed``, so a fixed budget repeats."""
+    stuck in one basin moves on. Seeds derive from ``seed``, so a fixed budget repeats. A set
+    ``halt`` flag (a search in another thread reached the target) ends it."""
     rng = np.random.default_rng(seed)
     k = len(sub.pos)
     perm = np.arange(k, dtype=np.int64) if begin_perm is None else begin_perm
     best_perm, best = perm, _kernel().cost(sub.flow, sub.dist, sub.linear, perm)
     start = time.perf_counter()
     moves = 0
-    chunk = 64 if limit is not None else iterations
+    # under a time limit chunks grow from 64 moves; the kernel numbers moves in int32
+    chunk = 64 if limit is not None else min(iterations, 2**30)
     round_ = 0
     first = 0.0
     begin = best_perm
-    while moves < iterations and best > target:
+    while moves < iterations and best > target and (halt is None or not halt[0]):
         tick = time.perf_counter()
         budget = min(chunk, iterations - moves)
         perm, value, made = step(begin, budget, seed * 1_000_003 + round_)
@@ -213,10 +222,63 @@ def dense_delta_matrix(
     return np.ascontiguousarray(delta)
 
 
-def _tenure(value: Any, k: int) -> tuple[int, int]:
-    """The tenure range: default (0.9·k, 1.1·k); a given one must be two integers lo ≤ hi."""
+def symmetric(f: np.ndarray, d: np.ndarray) -> bool:
+    """Whether flow and distance are both symmetric with zero diagonals, so the kernel may
+    use the halved exchange formulas (every cluster problem, most QAPLIB instances)."""
+    return bool(
+        not np.diagonal(f).any()
+        and not np.diagonal(d).any()
+        and np.array_equal(f, f.T)
+        and np.array_equal(d, d.T)
+    )
+
+
+def _threads(value: Any) -> int:
+    """The thread count: default :data:`THREADS`; a given one must be a positive integer."""
     if value is None:
-        return max(1, int(0.9 * k)), max(2, int(1.1 * k) + 1)
+        return THREADS
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1 or str(value).strip() != str(count):
+        raise InputError(
+            f"method 'tabu': option threads={value!r} must be a positive integer (e.g. threads=4)"
+        )
+    return count
+
+
+def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndarray, float, int]]:
+    """``run_chunks(*job)`` for every job, ``threads`` at a time (the kernel releases the GIL);
+    results in job order, so a fixed iteration budget repeats whatever the scheduling."""
+    if threads == 1 or len(jobs) == 1:
+        return [run_chunks(*job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+        return list(pool.map(lambda job: run_chunks(*job), jobs))
+
+
+#: Tenure ranges, as fractions of the location count k, of the searches side by side (thread j
+#: takes entry j mod 2): an algorithm portfolio. Taillard's robust range suits structured
+#: instances (sko, wil, lipa), a short one the random tai*a, by more than a second thread of the
+#: same range gains (``benchmarks/results/qaplib.md`` has the portfolio; ``qaplib-robust.md`` and
+#: ``qaplib-short.md`` each range in both threads, on the instances that are not solved at once).
+TENURES = ((0.9, 1.1), (0.05, 0.15))
+
+
+def _tenures(value: Any, k: int, threads: int) -> list[tuple[int, int]]:
+    """Each thread's tenure range: a given one for all; by default :data:`TENURES` in turn."""
+    if value is not None:
+        return [_tenure(value, k)] * threads
+    ranges = []
+    for j in range(threads):
+        lo, hi = TENURES[j % len(TENURES)]
+        low = max(1, int(lo * k))
+        ranges.append((low, max(low + 1, int(hi * k) + 1)))
+    return ranges
+
+
+def _tenure(value: Any, k: int) -> tuple[int, int]:
+    """A given tenure range: two integers lo ≤ hi."""
     try:
         lo, hi = (int(v) for v in (value.split(",") if isinstance(value, str) else value))
     except (TypeError, ValueError):
@@ -250,6 +312,7 @@ def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndar
         "hint": "a starting assignment (default: greedy; raw QAPs: the better of greedy and FAQ)",
         "max_locations": f"sub-problem size (default {MAX_LOCATIONS})",
         "tenure": "tabu tenure range lo,hi (default 0.9·k,1.1·k)",
+        "threads": f"independent searches side by side, best kept (default {THREADS})",
     },
 )
 def tabu(
@@ -261,45 +324,82 @@ def tabu(
     starts, sub, time_limit, target = search.starts, search.sub, search.time_limit, search.target
     k = len(sub.pos)
     begin = time.perf_counter()
-    lo, hi = _tenure(options.get("tenure"), k)
+    threads = _threads(options.get("threads"))
+    tenures = _tenures(options.get("tenure"), k, threads)
     iterations = int(options.get("iterations", 200 * k if time_limit is None else 10**12))
+    sym = symmetric(sub.flow, sub.dist)
+    halt = np.zeros(1, dtype=np.int64)  # set by the search that reaches the target
 
-    def step(perm: np.ndarray, budget: int, chunk_seed: int) -> Any:
-        return _kernel().tabu_search(
+    def stepper(lo: int, hi: int) -> Any:
+        return lambda perm, budget, chunk_seed: _kernel().tabu_search(
             sub.flow,
             sub.dist,
             sub.linear,
             perm,
             sub.n_real,
             budget,
-            int(lo),
-            int(hi),
+            lo,
+            hi,
             5 * k * k,
             chunk_seed % (2**31),
             target,
             dense_delta_matrix(sub.flow, sub.dist, sub.linear, perm, sub.n_real),
+            sym,
+            halt,
         )
 
+    # the search jobs: each start in its own thread(s), then every thread from the better
+    jobs = [starts[j % len(starts)] for j in range(max(threads, len(starts)))]
     if len(starts) == 1:
-        perm, value, moves = run_chunks(sub, step, time_limit, iterations, seed, target)
-        note = ""
-    else:  # a fifth of the budget from each start, the rest from the better result
-        share = None if time_limit is None else 0.2 * time_limit
-        trials = []
-        moves = 0
-        for t, start in enumerate(starts):
-            trial = run_chunks(
-                sub, step, share, iterations // 5, seed + t, target, start_permutation(sub, start)
-            )
-            trials.append(trial)
-            moves += trial[2]
-        won = min(range(len(trials)), key=lambda t: trials[t][1])
-        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - begin))
-        perm, value, more = run_chunks(
-            sub, step, left, iterations - moves, seed, target, trials[won][0]
+        share, first_moves = time_limit, iterations
+    else:  # two fifths of the wall time on the starts, the rest from the better result
+        share = (
+            None if time_limit is None else 0.4 * time_limit * min(threads, len(jobs)) / len(jobs)
         )
-        moves += more
-        note = f"; continued from the {('greedy', 'FAQ')[won]} start"
+        first_moves = 2 * iterations // 5
+    trials = _in_threads(
+        [
+            (
+                sub,
+                stepper(*tenures[j % threads]),
+                share,
+                first_moves,
+                seed + j,
+                target,
+                start_permutation(sub, start),
+                halt,
+            )
+            for j, start in enumerate(jobs)
+        ],
+        threads,
+    )
+    moves = sum(t[2] for t in trials)
+    won = min(range(len(trials)), key=lambda t: trials[t][1])
+    note = ""
+    if len(starts) > 1:
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - begin))
+        note = f"; continued from the {('greedy', 'FAQ')[won % len(starts)]} start"
+        trials = _in_threads(
+            [
+                (
+                    sub,
+                    stepper(*tenures[j]),
+                    left,
+                    iterations - first_moves,
+                    seed + j,
+                    target,
+                    trials[won][0],
+                    halt,
+                )
+                for j in range(threads)
+            ],
+            threads,
+        )
+        moves += sum(t[2] for t in trials)
+        won = min(range(len(trials)), key=lambda t: trials[t][1])
+    perm = trials[won][0]
+    if threads > 1:
+        note += f"; {threads} threads"
     return SolverOutput(
         sub.assignment(perm),
         iterations=moves,
