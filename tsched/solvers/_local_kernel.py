@@ -101,42 +101,6 @@ FAST = True
 HUGE = 1e300
 
 
-@njit(cache=True, fastmath=FAST)
-def _swap_delta_rows(f, ft, p, pt, lin, perm, r, s, nq):  # pragma: no cover - compiled
-    """:func:`swap_delta` on row-contiguous data: ``ft = fᵀ``, ``p[x, y] = d[perm[x],
-    perm[y]]`` and ``pt = pᵀ`` kept current by the caller; facilities from ``nq`` on are
-    dummies."""
-    delta = (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])
-    delta += lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
-    ftr, fts, ptr, pts = ft[r], ft[s], pt[r], pt[s]
-    fr, fs, pr, ps = f[r], f[s], p[r], p[s]
-    acc = 0.0
-    for q in range(nq):
-        acc += (ftr[q] - fts[q]) * (pts[q] - ptr[q]) + (fr[q] - fs[q]) * (ps[q] - pr[q])
-    # the loop took in q = r and q = s; take their terms back out
-    for q in (r, s):
-        if q < nq:
-            acc -= (ftr[q] - fts[q]) * (pts[q] - ptr[q]) + (fr[q] - fs[q]) * (ps[q] - pr[q])
-    return delta + acc
-
-
-@njit(cache=True, fastmath=FAST)
-def _sym_swap_delta(f, p, lin, perm, r, s, nq):  # pragma: no cover - compiled
-    """:func:`_swap_delta_rows` when f and d are symmetric with zero diagonals: the two sums
-    of Taillard's formula are equal, so one is computed and doubled."""
-    fr, fs, pr, ps = f[r], f[s], p[r], p[s]
-    acc = 0.0
-    for q in range(nq):
-        acc += (fr[q] - fs[q]) * (ps[q] - pr[q])
-    # q = r and q = s, as the loop counted them (zero diagonals): −f[s,r]·p[s,r] twice
-    if r < nq:
-        acc += fs[r] * ps[r]
-    if s < nq:
-        acc += fr[s] * pr[s]
-    lin_part = lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
-    return lin_part + 2.0 * acc
-
-
 @njit(cache=True)
 def _exchange_rows_cols(m, r, s):  # pragma: no cover - compiled
     """Swap rows r and s, then columns r and s, of a square matrix in place. O(k)."""
@@ -149,8 +113,9 @@ def _exchange_rows_cols(m, r, s):  # pragma: no cover - compiled
 
 @njit(cache=True, fastmath=FAST)
 def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no cover - compiled
-    """:func:`_update` on row-contiguous data (see :func:`_swap_delta_rows`); ``perm``, ``p``
-    and ``pt`` already reflect the exchange."""
+    """:func:`_update` on row-contiguous data: ``ft = fᵀ``, ``p[x, y] = d[perm[x], perm[y]]``
+    and ``pt = pᵀ``, kept current by the caller (``perm``, ``p`` and ``pt`` already reflect the
+    exchange); facilities from ``n_real`` on are dummies."""
     k = perm.shape[0]
     nq = min(k, n_real)
     a = ft[u] - ft[v]  # a[x] = f[x,u] − f[x,v]
@@ -190,9 +155,10 @@ def _update_sym(f, p, lin, perm, delta, u, v, n_real, a, P):  # pragma: no cover
 @njit(cache=True, fastmath=FAST)
 def _redo_pairs_of(f, ft, p, pt, lin, perm, delta, u, v, nq, sym):  # pragma: no cover
     """Recompute, in O(k) each, the deltas of every pair that contains u or v (Taillard's O(1)
-    term holds only for pairs apart from both); pairs of two dummies are never moves. The sums
-    of :func:`_swap_delta_rows` and :func:`_sym_swap_delta` are written out here (a call per
-    pair costs twice the arithmetic)."""
+    term holds only for pairs apart from both); pairs of two dummies are never moves. Each is
+    :func:`swap_delta` on row-contiguous data: the sum over every real q here (the loops
+    vectorise; a function call per pair cost twice as much), the q = r and q = s terms and the
+    rest in :func:`_sym_finish` or :func:`_rows_finish`."""
     k = perm.shape[0]
     for w in (u, v):
         fw, pw, ftw, ptw = f[w], p[w], ft[w], pt[w]
@@ -218,7 +184,10 @@ def _redo_pairs_of(f, ft, p, pt, lin, perm, delta, u, v, nq, sym):  # pragma: no
 
 @njit(cache=True, fastmath=FAST, inline="always")
 def _sym_finish(f, p, lin, perm, r, s, nq, acc):  # pragma: no cover - compiled
-    """:func:`_sym_swap_delta` from its sum over every q."""
+    """The delta of exchanging r and s for symmetric f and d with zero diagonals, from
+    ``acc`` = Σ_q (f[r,q] − f[s,q])·(p[s,q] − p[r,q]) over every real q: the two sums of
+    Taillard's formula are equal, so one is doubled; the loop's q = r and q = s terms
+    (−f[s,r]·p[s,r] each, zero diagonals) are taken back out."""
     if r < nq:
         acc += f[s, r] * p[s, r]
     if s < nq:
@@ -228,7 +197,9 @@ def _sym_finish(f, p, lin, perm, r, s, nq, acc):  # pragma: no cover - compiled
 
 @njit(cache=True, fastmath=FAST, inline="always")
 def _rows_finish(f, ft, p, pt, lin, perm, r, s, nq, acc):  # pragma: no cover - compiled
-    """:func:`_swap_delta_rows` from its sum over every q."""
+    """The delta of exchanging r and s, from ``acc``, the sum over every real q of Taillard's
+    two terms (fᵀ and pᵀ rows, then f and p rows): the q = r and q = s terms are taken back
+    out, the direct (r, s) term and the linear costs added."""
     for q in (r, s):
         if q < nq:
             acc -= (ft[r, q] - ft[s, q]) * (pt[s, q] - pt[r, q]) + (f[r, q] - f[s, q]) * (
