@@ -14,12 +14,16 @@ from tsched.problem import PlacementProblem, objective
 from tsched.solvers import _local_kernel as kernel
 
 
-def random_case(seed: int, n: int, k: int):
+def random_case(seed: int, n: int, k: int, symmetric: bool = False):
+    """Flow among n real facilities, distances over k locations, linear costs; asymmetric with
+    a non-zero distance diagonal, or symmetric with zero diagonals."""
     rng = np.random.default_rng(seed)
     f = np.zeros((k, k))
     f[:n, :n] = rng.integers(0, 9, (n, n)) * (rng.random((n, n)) < 0.6)
     np.fill_diagonal(f, 0)
-    d = rng.integers(0, 9, (k, k)).astype(float)  # asymmetric, non-zero diagonal
+    d = rng.integers(0, 9, (k, k)).astype(float)
+    if symmetric:
+        f, d = np.triu(f, 1) + np.triu(f, 1).T, np.triu(d, 1) + np.triu(d, 1).T
     lin = np.zeros((k, k))
     lin[:n] = rng.integers(0, 5, (n, k))
     return f, d, lin
@@ -141,18 +145,6 @@ def test_row_contiguous_update_matches_the_reference(seed, n, dummies, moves) ->
         assert np.allclose(fast[real], ref[real])
 
 
-def symmetric_case(seed: int, n: int, k: int):
-    rng = np.random.default_rng(seed)
-    f = np.zeros((k, k))
-    f[:n, :n] = rng.integers(0, 9, (n, n)) * (rng.random((n, n)) < 0.6)
-    f = np.triu(f, 1) + np.triu(f, 1).T
-    d = rng.integers(1, 9, (k, k)).astype(float)
-    d = np.triu(d, 1) + np.triu(d, 1).T
-    lin = np.zeros((k, k))
-    lin[:n] = rng.integers(0, 5, (n, k))
-    return f, d, lin
-
-
 @given(st.integers(0, 2**31), st.integers(2, 8), st.integers(0, 3), st.integers(1, 6))
 @settings(max_examples=60, deadline=None)
 def test_symmetric_update_matches_the_reference(seed, n, dummies, moves) -> None:
@@ -161,7 +153,7 @@ def test_symmetric_update_matches_the_reference(seed, n, dummies, moves) -> None
     from tsched.solvers.tabu import symmetric
 
     k = n + dummies
-    f, d, lin = symmetric_case(seed, n, k)
+    f, d, lin = random_case(seed, n, k, symmetric=True)
     assert symmetric(f, d)
     rng = np.random.default_rng(seed + 5)
     perm = rng.permutation(k).astype(np.int64)
