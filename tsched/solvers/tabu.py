@@ -7,7 +7,10 @@ the best non-tabu exchange (aspiration: a tabu move that beats the best is allow
 to a location left long ago is forced), and updates the matrix in O(1) per untouched pair. Under
 a time limit it runs in chunks, each from the best plan (randomly perturbed after a chunk
 without gain: iterated tabu) with a fresh tenure, and it stops early when it reaches the best
-known lower bound.
+known lower bound. Two such searches run side by side by default, in threads (the kernel
+releases the GIL), one with Taillard's tenure range and one with a short range (an algorithm
+portfolio, :data:`TENURES`); the better plan is kept, and the one that reaches the bound stops
+the other.
 
 Compiled with numba when installed; ``_local_kernel`` runs as plain Python otherwise. Not exact:
 ``optimal`` only when the bound meets the result.
@@ -308,10 +311,11 @@ def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndar
     supports_hint=True,
     description="robust tabu search (Taillard), O(1) delta-matrix updates, numba kernel",
     options={
-        "iterations": "moves without a time limit (default 200·k)",
+        "iterations": "moves per thread without a time limit (default 200·k)",
         "hint": "a starting assignment (default: greedy; raw QAPs: the better of greedy and FAQ)",
         "max_locations": f"sub-problem size (default {MAX_LOCATIONS})",
-        "tenure": "tabu tenure range lo,hi (default 0.9·k,1.1·k)",
+        "tenure": "one tenure range lo,hi for every thread (default: 0.9–1.1·k and 0.05–0.15·k "
+        "in turn)",
         "threads": f"independent searches side by side, best kept (default {THREADS})",
     },
 )
@@ -352,11 +356,10 @@ def tabu(
     jobs = [starts[j % len(starts)] for j in range(max(threads, len(starts)))]
     if len(starts) == 1:
         share, first_moves = time_limit, iterations
-    else:  # two fifths of the wall time on the starts, the rest from the better result
-        share = (
-            None if time_limit is None else 0.4 * time_limit * min(threads, len(jobs)) / len(jobs)
-        )
-        first_moves = 2 * iterations // 5
+    else:  # two fifths of each thread's time and moves on the starts, the rest from the better
+        rounds = -(-len(jobs) // threads)  # jobs run one after another in a thread
+        share = None if time_limit is None else 0.4 * time_limit / rounds
+        first_moves = int(0.4 * iterations / rounds)
     trials = _in_threads(
         [
             (
@@ -385,7 +388,7 @@ def tabu(
                     sub,
                     stepper(*tenures[j]),
                     left,
-                    iterations - first_moves,
+                    iterations - rounds * first_moves,
                     seed + j,
                     target,
                     trials[won][0],
