@@ -30,7 +30,7 @@ from scipy.optimize import quadratic_assignment
 import tsched
 from benchmarks._common import ROOT, machine, markdown_table, write_result
 from tsched.formats.qaplib import qap_cost, read_dat
-from tsched.solvers.tabu import TENURES, THREADS
+from tsched.solvers.tabu import TENURES, THREADS, tenure_range
 
 QAPLIB = ROOT / "tests" / "data" / "qaplib"
 
@@ -95,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         options = {}
         if args.tenure:
             lo, hi = (float(x) for x in args.tenure.split(","))
-            low = max(1, int(lo * n))
-            options["tenure"] = f"{low},{max(low + 1, int(hi * n) + 1)}"
+            options["tenure"] = "{},{}".format(*tenure_range(lo, hi, n))
         for t in limits:
             res = tsched.solve_qap(
                 inst.flow, inst.distance, method="tabu", time_limit=t, seed=0, options=options

@@ -213,8 +213,8 @@ def _rows_finish(f, ft, p, pt, lin, perm, r, s, nq, acc):  # pragma: no cover - 
 @njit(cache=True)
 def _mark_pairs_of(tabu, perm, tmin, tmax, w, rows):  # pragma: no cover - compiled
     """Refresh, for every pair (x, w), when each of the two last left the other's location:
-    ``tmin`` is the later-forgotten of the two (a move is tabu while it is recent), ``tmax``
-    the other (a move is forced once it is stale)."""
+    ``tmin`` holds the earlier of the two times (the move is tabu while even that one is
+    recent), ``tmax`` the later (the move is forced once even that one is stale)."""
     k = perm.shape[0]
     top = k if w < rows else rows
     for x in range(top):
@@ -307,12 +307,12 @@ def tabu_search(
     current = cost(f, d, lin, perm)
     best = current
     best_perm = perm.copy()
-    ft = f.T.copy()
     p = np.empty((k, k))
     for x in range(k):
         for y in range(k):
             p[x, y] = d[perm[x], perm[y]]
-    pt = p.T.copy()
+    ft = f if sym else f.T.copy()  # symmetric: the transposes are the matrices themselves
+    pt = p if sym else p.T.copy()
     a = np.empty(k)
     P = np.empty(k)
     never = -(k * k) - 1
@@ -330,7 +330,7 @@ def tabu_search(
         r, s, chosen = _best_move(
             delta, tmin, tmax, rows, it - tenure, it - aspiration, best - current - 1e-12
         )
-        if r < 0 or chosen >= HUGE:
+        if r < 0:
             break
         tabu[r, perm[r]] = it
         tabu[s, perm[s]] = it
@@ -339,7 +339,7 @@ def tabu_search(
         current += chosen
         if sym:
             _update_sym(f, p, lin, perm, delta, r, s, n_real, a, P)
-        else:
+        else:  # pt is a matrix of its own only here
             _exchange_rows_cols(pt, r, s)
             _update_rows(f, ft, p, pt, lin, perm, delta, r, s, n_real)
         _mark_pairs_of(tabu, perm, tmin, tmax, r, rows)

@@ -261,23 +261,26 @@ def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndar
 
 
 #: Tenure ranges, as fractions of the location count k, of the searches side by side (thread j
-#: takes entry j mod 2): an algorithm portfolio. Taillard's robust range suits structured
-#: instances (sko, wil, lipa), a short one the random tai*a, by more than a second thread of the
-#: same range gains (``benchmarks/results/qaplib.md`` has the portfolio; ``qaplib-robust.md`` and
-#: ``qaplib-short.md`` each range in both threads, on the instances that are not solved at once).
+#: takes entry j mod 2): an algorithm portfolio. Neither range wins everywhere: Taillard's
+#: robust one does better on most sko, wil and lipa instances and on tai40a and tai50a, the
+#: short one on tai80a and tai100a; over the 21 instances a single-threaded search had missed,
+#: one thread of each does better on average than two of either (one seed each:
+#: ``benchmarks/results/qaplib.md`` has the portfolio, ``qaplib-robust.md`` and
+#: ``qaplib-short.md`` each range in both threads).
 TENURES = ((0.9, 1.1), (0.05, 0.15))
+
+
+def tenure_range(lo: float, hi: float, k: int) -> tuple[int, int]:
+    """The tenure range (lo·k, hi·k) in moves: at least 1, and hi above lo."""
+    low = max(1, int(lo * k))
+    return low, max(low + 1, int(hi * k) + 1)
 
 
 def _tenures(value: Any, k: int, threads: int) -> list[tuple[int, int]]:
     """Each thread's tenure range: a given one for all; by default :data:`TENURES` in turn."""
     if value is not None:
         return [_tenure(value, k)] * threads
-    ranges = []
-    for j in range(threads):
-        lo, hi = TENURES[j % len(TENURES)]
-        low = max(1, int(lo * k))
-        ranges.append((low, max(low + 1, int(hi * k) + 1)))
-    return ranges
+    return [tenure_range(*TENURES[j % len(TENURES)], k) for j in range(threads)]
 
 
 def _tenure(value: Any, k: int) -> tuple[int, int]:
