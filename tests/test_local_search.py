@@ -91,6 +91,29 @@ def test_tenure_option_is_checked() -> None:
         tsched.solve_qap(inst.flow, inst.distance, method="tabu", options={"tenure": "x"})
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"chunk": "0"}, r"option chunk='0' must be a positive integer"),
+        ({"chunk": "2.5"}, r"option chunk='2.5' must be a positive integer"),
+        ({"jumps": "0.5,0.1"}, r"option jumps='0.5,0.1' must be two fractions 0 < lo <= hi"),
+        ({"jumps": "0,0.5"}, r"option jumps='0,0.5' must be two fractions"),
+        ({"jumps": "x"}, r"option jumps='x' must be two fractions"),
+    ],
+)
+def test_chunk_and_jumps_options_are_checked(options: dict, message: str) -> None:
+    from tsched.errors import InputError
+
+    inst = read_dat(QAPLIB / "instances" / "nug12.dat")
+    with pytest.raises(InputError, match=message):
+        tsched.solve_qap(inst.flow, inst.distance, method="tabu", time_limit=1, options=options)
+    r = tsched.solve_qap(
+        inst.flow, inst.distance, method="tabu", time_limit=1,
+        options={"chunk": "5", "jumps": "0.25,0.25"},
+    )  # fmt: skip
+    assert r.objective == 578  # nug12 in a second, the options accepted
+
+
 @pytest.mark.parametrize("method", ["tabu", "anneal"])
 def test_same_seed_same_result_under_an_iteration_budget(method: str) -> None:
     inst = read_dat(QAPLIB / "instances" / "tai20a.dat")
@@ -319,3 +342,42 @@ def test_the_halt_flag_is_set_at_the_target_and_stops_a_search() -> None:
 
     run_chunks(sub, step, None, 1000, 0, -1.0, None, np.ones(1, dtype=np.int64))
     assert calls == []
+
+
+def test_perturbation_grows_with_chunks_without_gain_and_wraps() -> None:
+    """Tabu's jumps: an eighth of the real facilities after the first chunk without gain, then
+    3 % more a chunk up to a half, then an eighth again; annealing's stay at an eighth."""
+    from tsched.solvers.tabu import PERTURB, RESTARTS, perturb_count
+
+    counts = [perturb_count(100, fails, RESTARTS[1][1]) for fails in range(1, 16)]
+    assert counts[:3] == [12, 15, 18]
+    top = counts.index(max(counts))
+    assert counts[top] > 45 and counts[top + 1] == 12  # up to nearly a half, then back
+    assert all(b - a == 3 for a, b in zip(counts[:top], counts[1 : top + 1], strict=True))
+    assert {perturb_count(100, fails, PERTURB) for fails in range(1, 20)} == {12}
+    assert perturb_count(4, 1, RESTARTS[1][1]) == 2  # at least one real exchange pair
+
+
+def test_chunks_jump_further_without_gain_and_back_after_a_gain() -> None:
+    """run_chunks restarts each chunk from the best plan, perturbed more after each chunk
+    without gain and by the least again after a gain."""
+    from tsched.solvers.tabu import RESTARTS, perturb_count, run_chunks, subproblem
+
+    f, d, lin = random_case(3, 64, 64, symmetric=True)
+    problem = PlacementProblem.from_qap(f, d)
+    sub = subproblem(problem, np.arange(64), np.arange(0))
+    begins: list[np.ndarray] = []
+
+    def step(begin, budget, chunk_seed):
+        begins.append(begin.copy())
+        gain = len(begins) == 12  # the twelfth chunk improves the best plan
+        return begin, (-1e9 if gain else 1e9), 1
+
+    run_chunks(sub, step, 60.0, 20, 0, -np.inf, None, None, 20, RESTARTS[1][1])
+    moved = [int((b != np.arange(64)).sum()) for b in begins[1:12]]
+    low = perturb_count(64, 1, RESTARTS[1][1])
+    assert moved[0] <= 2 * low  # the first jump: at most 2 positions per exchange
+    assert max(moved) > 2 * low  # later ones go further
+    after = begins[12]  # the gain's plan itself, unperturbed
+    assert np.array_equal(after, begins[11])
+    assert int((begins[13] != after).sum()) <= 2 * low  # then the least jump again

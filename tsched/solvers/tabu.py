@@ -5,12 +5,13 @@ greedy plan's GPUs plus free GPUs of the domain it chose (up to ``max_locations`
 dummy facilities so that a swap with one is a move. Each move scans the k×k delta matrix, takes
 the best non-tabu exchange (aspiration: a tabu move that beats the best is allowed; a move back
 to a location left long ago is forced), and updates the matrix in O(1) per untouched pair. Under
-a time limit it runs in chunks, each from the best plan (randomly perturbed after a chunk
-without gain: iterated tabu) with a fresh tenure, and it stops early when it reaches the best
-known lower bound. Two such searches run side by side by default, in threads (the kernel
-releases the GIL), one with Taillard's tenure range and one with a short range (an algorithm
-portfolio, :data:`TENURES`); the better plan is kept, and the one that reaches the bound stops
-the other.
+a time limit it runs in chunks, each from the best plan with a fresh tenure; after a chunk
+without gain the best plan is first perturbed by random exchanges (iterated tabu), and it stops
+early when it reaches the best known lower bound. Two such searches run side by side by
+default, in threads (the kernel releases the GIL), an algorithm portfolio (:data:`TENURES`,
+:data:`RESTARTS`): one with Taillard's tenure range, long chunks and small jumps, one with a
+short range, short chunks and jumps that grow with each chunk without gain. The better plan is
+kept, and the one that reaches the bound stops the other.
 
 Compiled with numba when installed; ``_local_kernel`` runs as plain Python otherwise. Not exact:
 ``optimal`` only when the bound meets the result.
@@ -44,8 +45,14 @@ def _kernel() -> Any:
 
 #: Largest sub-problem (locations) searched by default.
 MAX_LOCATIONS = 1024
-#: Longest chunk (moves per location) before a restart from the best plan.
+#: Longest chunk (moves per location) before a restart from the best plan, by default (annealing,
+#: and tabu's robust thread).
 CHUNK_CAP = 500
+#: Perturbation strength after a chunk without gain, as fractions (low, high) of the real
+#: facilities exchanged at random; by default a fixed eighth.
+PERTURB = (0.125, 0.125)
+#: Growth of the strength per chunk without gain (fraction of the real facilities).
+PERTURB_STEP = 0.03
 
 
 #: Independent searches run side by side (threads; the kernel releases the GIL). Fixed rather
@@ -153,12 +160,17 @@ def run_chunks(
     target: float,
     begin_perm: np.ndarray | None = None,
     halt: np.ndarray | None = None,
+    chunk_cap: int = CHUNK_CAP,
+    perturb: tuple[float, float] = PERTURB,
 ) -> tuple[np.ndarray, float, int]:
     """Run ``step(perm, budget, seed) -> (perm, value, moves)`` until the iteration budget or
     the time limit. Each chunk starts from the best permutation; after a chunk that did not
-    improve it, from the best with a few random exchanges (iterated local search), so a search
-    stuck in one basin moves on. Seeds derive from ``seed``, so a fixed budget repeats. A set
-    ``halt`` flag (a search in another thread reached the target) ends it."""
+    improve it, from the best with random exchanges (iterated local search), so a search stuck
+    in one basin moves on: ``perturb`` (fractions of the real facilities) is the range their
+    count grows through over consecutive chunks without gain (:func:`perturb_count`). Under a
+    time limit chunks last at most ``chunk_cap`` moves per location. Seeds derive from
+    ``seed``, so a fixed budget repeats. A set ``halt`` flag (a search in another thread
+    reached the target) ends it."""
     rng = np.random.default_rng(seed)
     k = len(sub.pos)
     perm = np.arange(k, dtype=np.int64) if begin_perm is None else begin_perm
@@ -168,6 +180,7 @@ def run_chunks(
     # under a time limit chunks grow from 64 moves; the kernel numbers moves in int32
     chunk = 64 if limit is not None else min(iterations, 2**30)
     round_ = 0
+    fails = 0  # chunks since the last gain
     first = 0.0
     begin = best_perm
     while moves < iterations and best > target and (halt is None or not halt[0]):
@@ -179,8 +192,10 @@ def run_chunks(
         if value < best - 1e-12:
             best, best_perm = value, perm
             begin = best_perm
+            fails = 0
         else:
-            begin = _perturb(best_perm, sub.n_real, rng)
+            fails += 1
+            begin = _perturb(best_perm, sub.n_real, rng, perturb_count(sub.n_real, fails, perturb))
         if limit is not None:
             now = time.perf_counter()
             left = limit - (now - start)
@@ -188,7 +203,7 @@ def run_chunks(
             if left <= 0 or (round_ > 1 and left < first):
                 break
             per_move = (now - tick) / max(int(made), 1)
-            chunk = int(min(max(64, 0.5 * left / max(per_move, 1e-9)), CHUNK_CAP * k + 64))
+            chunk = int(min(max(64, 0.5 * left / max(per_move, 1e-9)), chunk_cap * k + 64))
     return best_perm, best, moves
 
 
@@ -268,6 +283,16 @@ def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndar
 #: ``benchmarks/results/qaplib.md`` has the portfolio, ``qaplib-robust.md`` and
 #: ``qaplib-short.md`` each range in both threads).
 TENURES = ((0.9, 1.1), (0.05, 0.15))
+#: Each thread's restarts, in the order of :data:`TENURES`: the longest chunk (moves per
+#: location) and the jump range (:func:`perturb_count`). Taillard's thread runs long chunks
+#: with small jumps, as before; the short-tenure thread is an iterated tabu search: chunks of
+#: at most 20·k moves, and jumps that grow from an eighth to a half of the facilities with each
+#: chunk without gain and fall back after a gain (after Benlic and Hao's breakout local search:
+#: short jumps search near the best plan, long ones leave its basin). The real-life-like tai*b
+#: instances need the long jumps; the lipa*a and tai*a instances need the long runs: with both
+#: threads iterated, lipa70a/80a/90a missed by about 0.5 % at 10 s where a robust thread finds
+#: them (exploratory runs).
+RESTARTS = ((CHUNK_CAP, PERTURB), (20, (0.125, 0.5)))
 
 
 def tenure_range(lo: float, hi: float, k: int) -> tuple[int, int]:
@@ -297,11 +322,63 @@ def _tenure(value: Any, k: int) -> tuple[int, int]:
     return lo, hi
 
 
-def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndarray:
-    """``perm`` with max(2, k/8) random exchanges of a real facility with any other."""
+def _restarts(options: dict[str, Any], threads: int) -> list[tuple[int, tuple[float, float]]]:
+    """Each thread's chunk cap and jump range: :data:`RESTARTS` in turn, where the options
+    ``chunk`` and ``jumps`` do not set one for all."""
+    chunk, jumps = options.get("chunk"), options.get("jumps")
+    return [
+        (
+            RESTARTS[j % len(RESTARTS)][0] if chunk is None else _chunk_cap(chunk),
+            RESTARTS[j % len(RESTARTS)][1] if jumps is None else _jumps(jumps),
+        )
+        for j in range(threads)
+    ]
+
+
+def _chunk_cap(value: Any) -> int:
+    """A given chunk cap (moves per location): a positive integer."""
+    try:
+        cap = int(value)
+    except (TypeError, ValueError):
+        cap = 0
+    if cap < 1 or str(value).strip() != str(cap):
+        raise InputError(
+            f"method 'tabu': option chunk={value!r} must be a positive integer "
+            "(moves per location between jumps, e.g. chunk=20)"
+        )
+    return cap
+
+
+def _jumps(value: Any) -> tuple[float, float]:
+    """A given jump range: two fractions 0 < lo ≤ hi ≤ 1."""
+    try:
+        lo, hi = (float(v) for v in (value.split(",") if isinstance(value, str) else value))
+    except (TypeError, ValueError):
+        lo, hi = -1.0, -1.0
+    if not 0 < lo <= hi <= 1:
+        raise InputError(
+            f"method 'tabu': option jumps={value!r} must be two fractions 0 < lo <= hi <= 1 "
+            "of the facilities exchanged at random after a chunk without gain (e.g. "
+            "jumps=0.125,0.5)"
+        )
+    return lo, hi
+
+
+def perturb_count(n_real: int, fails: int, perturb: tuple[float, float] = PERTURB) -> int:
+    """Random exchanges after the ``fails``-th chunk in a row without gain: from
+    max(2, low·n_real) up by :data:`PERTURB_STEP`·n_real a chunk to high·n_real, then from the
+    low end again."""
+    low = max(2, int(perturb[0] * n_real))
+    span = max(low, int(perturb[1] * n_real)) - low + 1
+    step = max(1, int(PERTURB_STEP * n_real))
+    return low + ((max(fails, 1) - 1) * step) % span
+
+
+def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator, count: int) -> np.ndarray:
+    """``perm`` with ``count`` random exchanges of a real facility with any other."""
     out = perm.copy()
     k = len(perm)
-    for _ in range(max(2, k // 8)):
+    for _ in range(count):
         r = int(rng.integers(0, n_real))
         s = int(rng.integers(0, k - 1))
         s += s >= r
@@ -320,6 +397,11 @@ def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator) -> np.ndar
         "tenure": "one tenure range lo,hi for every thread (default: 0.9–1.1·k and 0.05–0.15·k "
         "in turn)",
         "threads": f"independent searches side by side, best kept (default {THREADS})",
+        "chunk": "longest run between jumps under a time limit, in moves per location, for "
+        "every thread (default: {} and {} in turn)".format(*(r[0] for r in RESTARTS)),
+        "jumps": "range lo,hi of the share of facilities exchanged at random after a chunk "
+        "without gain, growing through it, for every thread (default: {} and {} in "
+        "turn)".format(*(",".join(f"{x:g}" for x in r[1]) for r in RESTARTS)),
     },
 )
 def tabu(
@@ -333,6 +415,7 @@ def tabu(
     begin = time.perf_counter()
     threads = _threads(options.get("threads"))
     tenures = _tenures(options.get("tenure"), k, threads)
+    restarts = _restarts(options, threads)
     iterations = int(options.get("iterations", 200 * k if time_limit is None else 10**12))
     sym = symmetric(sub.flow, sub.dist)
     halt = np.zeros(1, dtype=np.int64)  # set by the search that reaches the target
@@ -374,6 +457,7 @@ def tabu(
                 target,
                 start_permutation(sub, start),
                 halt,
+                *restarts[j % threads],
             )
             for j, start in enumerate(jobs)
         ],
@@ -396,6 +480,7 @@ def tabu(
                     target,
                     trials[won][0],
                     halt,
+                    *restarts[j],
                 )
                 for j in range(threads)
             ],
