@@ -279,9 +279,9 @@ def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndar
 #: takes entry j mod 2): an algorithm portfolio. Neither range wins everywhere: Taillard's
 #: robust one does better on most sko, wil and lipa instances and on tai40a and tai50a, the
 #: short one on tai80a and tai100a; over the 21 instances a single-threaded search had missed,
-#: one thread of each does better on average than two of either (one seed each:
-#: ``benchmarks/results/qaplib.md`` has the portfolio, ``qaplib-robust.md`` and
-#: ``qaplib-short.md`` each range in both threads).
+#: one thread of each did better on average than two of either, with long runs in both (one
+#: seed each: ``benchmarks/results/qaplib-robust.md`` and ``qaplib-short.md`` each range in
+#: both threads).
 TENURES = ((0.9, 1.1), (0.05, 0.15))
 #: Each thread's restarts, in the order of :data:`TENURES`: the longest chunk (moves per
 #: location) and the jump range (:func:`perturb_count`). Taillard's thread runs long chunks
@@ -291,7 +291,9 @@ TENURES = ((0.9, 1.1), (0.05, 0.15))
 #: short jumps search near the best plan, long ones leave its basin). The real-life-like tai*b
 #: instances need the long jumps; the lipa*a and tai*a instances need the long runs: with both
 #: threads iterated, lipa70a/80a/90a missed by about 0.5 % at 10 s where a robust thread finds
-#: them (exploratory runs).
+#: them (exploratory runs). On the 23 hardest QAPLIB instances, three seeds each at 10 s, the
+#: mean gap is 0.185 % (``benchmarks/results/qaplib-restarts.md``) against 0.243 % with long
+#: runs and small jumps in both threads (``qaplib-restarts-fixed.md``), mostly from tai*b.
 RESTARTS = ((CHUNK_CAP, PERTURB), (20, (0.125, 0.5)))
 
 
