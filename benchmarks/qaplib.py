@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     limits = [1.0] if args.quick else [float(x) for x in args.limits.split(",")]
     seeds = [int(x) for x in args.seeds.split(",")]
+    if any("=" not in item for item in args.option):
+        parser.error("--option takes key=value (e.g. --option chunk=500)")
     extra = dict(item.split("=", 1) for item in args.option)
     max_n = 30 if args.quick else args.max_n
     with open(QAPLIB / "index.csv") as handle:
