@@ -251,19 +251,22 @@ def symmetric(f: np.ndarray, d: np.ndarray) -> bool:
     )
 
 
+def _positive(name: str, value: Any, example: str) -> int:
+    """A given option that must be a positive integer, or an error naming it and ``example``."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if number < 1 or str(value).strip() != str(number):
+        raise InputError(
+            f"method 'tabu': option {name}={value!r} must be a positive integer ({example})"
+        )
+    return number
+
+
 def _threads(value: Any) -> int:
     """The thread count: default :data:`THREADS`; a given one must be a positive integer."""
-    if value is None:
-        return THREADS
-    try:
-        count = int(value)
-    except (TypeError, ValueError):
-        count = 0
-    if count < 1 or str(value).strip() != str(count):
-        raise InputError(
-            f"method 'tabu': option threads={value!r} must be a positive integer (e.g. threads=4)"
-        )
-    return count
+    return THREADS if value is None else _positive("threads", value, "e.g. threads=4")
 
 
 def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndarray, float, int]]:
@@ -331,25 +334,13 @@ def _restarts(options: dict[str, Any], threads: int) -> list[tuple[int, tuple[fl
     chunk, jumps = options.get("chunk"), options.get("jumps")
     return [
         (
-            RESTARTS[j % len(RESTARTS)][0] if chunk is None else _chunk_cap(chunk),
+            RESTARTS[j % len(RESTARTS)][0]
+            if chunk is None
+            else _positive("chunk", chunk, "moves per location between jumps, e.g. chunk=20"),
             RESTARTS[j % len(RESTARTS)][1] if jumps is None else _jumps(jumps),
         )
         for j in range(threads)
     ]
-
-
-def _chunk_cap(value: Any) -> int:
-    """A given chunk cap (moves per location): a positive integer."""
-    try:
-        cap = int(value)
-    except (TypeError, ValueError):
-        cap = 0
-    if cap < 1 or str(value).strip() != str(cap):
-        raise InputError(
-            f"method 'tabu': option chunk={value!r} must be a positive integer "
-            "(moves per location between jumps, e.g. chunk=20)"
-        )
-    return cap
 
 
 def _jumps(value: Any) -> tuple[float, float]:
