@@ -107,11 +107,20 @@ def test_chunk_and_jumps_options_are_checked(options: dict, message: str) -> Non
     inst = read_dat(QAPLIB / "instances" / "nug12.dat")
     with pytest.raises(InputError, match=message):
         tsched.solve_qap(inst.flow, inst.distance, method="tabu", time_limit=1, options=options)
+
+
+def test_chunk_and_jumps_options_set_every_threads_restarts() -> None:
+    from tsched.solvers.tabu import RESTARTS, _restarts
+
+    assert _restarts({}, 3) == [RESTARTS[0], RESTARTS[1], RESTARTS[0]]
+    assert _restarts({"chunk": "5", "jumps": "0.25,0.5"}, 2) == [(5, (0.25, 0.5))] * 2
+    assert _restarts({"jumps": (0.2, 0.3)}, 2) == [(r[0], (0.2, 0.3)) for r in RESTARTS]
+    inst = read_dat(QAPLIB / "instances" / "nug12.dat")
     r = tsched.solve_qap(
         inst.flow, inst.distance, method="tabu", time_limit=1,
         options={"chunk": "5", "jumps": "0.25,0.25"},
     )  # fmt: skip
-    assert r.objective == 578  # nug12 in a second, the options accepted
+    assert r.objective == 578  # nug12's optimum in a second with the options accepted
 
 
 @pytest.mark.parametrize("method", ["tabu", "anneal"])

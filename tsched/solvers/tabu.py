@@ -292,11 +292,12 @@ TENURES = ((0.9, 1.1), (0.05, 0.15))
 #: at most 20·k moves, and jumps that grow from an eighth to a half of the facilities with each
 #: chunk without gain and fall back after a gain (after Benlic and Hao's breakout local search:
 #: short jumps search near the best plan, long ones leave its basin). The real-life-like tai*b
-#: instances need the long jumps; the lipa*a and tai*a instances need the long runs: with both
-#: threads iterated, lipa70a/80a/90a missed by about 0.5 % at 10 s where a robust thread finds
-#: them (exploratory runs). On the 23 hardest QAPLIB instances, three seeds each at 10 s, the
-#: mean gap is 0.185 % (``benchmarks/results/qaplib-restarts.md``) against 0.243 % with long
-#: runs and small jumps in both threads (``qaplib-restarts-fixed.md``): the gain is tai*b's;
+#: instances need the long jumps; the lipa*a instances need the long runs: with both threads
+#: iterated, lipa70a/80a/90a are 0.366/0.321/0.438 % above their best known at 10 s (mean of
+#: seeds 1-3, ``benchmarks/results/qaplib-restarts-iterated.md``), with this portfolio
+#: 0.000/0.158/0.144 % (``qaplib-restarts.md``). On the 23 hardest QAPLIB instances, three
+#: seeds each at 10 s, the mean gap is 0.185 % (``qaplib-restarts.md``) against 0.243 % with
+#: long runs and small jumps in both threads (``qaplib-restarts-fixed.md``): the gain is tai*b's;
 #: over the 23 the difference is not significant (12 better, 10 worse).
 RESTARTS = ((CHUNK_CAP, PERTURB), (20, (0.125, 0.5)))
 
@@ -332,14 +333,13 @@ def _restarts(options: dict[str, Any], threads: int) -> list[tuple[int, tuple[fl
     """Each thread's chunk cap and jump range: :data:`RESTARTS` in turn, where the options
     ``chunk`` and ``jumps`` do not set one for all."""
     chunk, jumps = options.get("chunk"), options.get("jumps")
+    if chunk is not None:
+        chunk = _positive("chunk", chunk, "moves per location between jumps, e.g. chunk=20")
+    if jumps is not None:
+        jumps = _jumps(jumps)
     return [
-        (
-            RESTARTS[j % len(RESTARTS)][0]
-            if chunk is None
-            else _positive("chunk", chunk, "moves per location between jumps, e.g. chunk=20"),
-            RESTARTS[j % len(RESTARTS)][1] if jumps is None else _jumps(jumps),
-        )
-        for j in range(threads)
+        (cap if chunk is None else chunk, share if jumps is None else jumps)
+        for cap, share in (RESTARTS[j % len(RESTARTS)] for j in range(threads))
     ]
 
 
