@@ -26,7 +26,9 @@ optimal. :func:`best_bound` combines the applicable ones and caches the result o
 - :func:`partition_bound` — the same cut decomposition with two more bounds on each cut: the
   traffic no spread of the workers over the domains can keep inside them (densest-subgraph
   weights, :func:`densest_weights`, in a knapsack over the domains' free GPUs), and, for levels
-  of a few large domains, CP-SAT's proved bound on the least cut (:func:`level_cut_cpsat`).
+  of a few large domains, CP-SAT's proved bounds on the least cut: over workers
+  (:func:`level_cut_cpsat`) and over blocks of up to 16 workers whose split costs are
+  enumerated exactly, joined by matchings (:func:`block_cut_cpsat`).
   Exact for the symmetric blocks of MoE layouts, which the eigenvalues cannot see; it searches,
   so :func:`best_bound` computes it only when asked to be thorough.
 - :func:`nested_bound` — the levels coupled: one worker count per domain, nested, for all levels
@@ -46,6 +48,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from tsched.problem import PlacementProblem
 
@@ -60,6 +63,8 @@ __all__ = [
     "packing_weights",
     "densest_weights",
     "level_cut_cpsat",
+    "block_cut_cpsat",
+    "block_split_costs",
     "best_bound",
     "min_scalar_products",
     "linear_floor",
@@ -85,6 +90,11 @@ CUT_CPSAT_MAX_DOMAINS = 8
 CUT_CPSAT_MAX_WORKERS = 256
 #: ... within this deterministic time (CP-SAT's unit; 2-5 s of wall time here).
 CUT_CPSAT_LIMIT = 2.0
+#: Largest block of :func:`block_cut_cpsat` (its split costs enumerate all 2^16 subsets).
+CUT_BLOCK = 16
+#: ... whose costs are integers up to this (rounded down: a bound at most 10⁻⁸ of the heaviest
+#: term per term below the exact one).
+BLOCK_SCALE = 1e8
 #: Search work per part size (nodes × workers; about a second with numba) before the
 #: densest-subgraph search stops with an upper bound (a hundredth of it without numba). A work
 #: budget, not a clock: the same bound on every machine.
@@ -614,6 +624,151 @@ def level_cut_cpsat(
     return lower, part, status == cp_model.OPTIMAL
 
 
+def block_split_costs(a: np.ndarray) -> np.ndarray:
+    """``f[j]``: the least weight between ``j`` vertices of a small graph and the rest (dense
+    symmetric weights ``a``, at most :data:`CUT_BLOCK` vertices), over all ``2^k`` subsets:
+    ``cut(x) = Σ_i deg_i·x_i − xᵀ a x`` for each 0/1 vector x, the least per popcount."""
+    k = len(a)
+    if k > CUT_BLOCK:
+        raise ValueError(f"a block of {k} vertices; at most {CUT_BLOCK} are enumerated")
+    masks = np.arange(2**k, dtype=np.int64)
+    x = ((masks[:, None] >> np.arange(k)) & 1).astype(np.float64)
+    cut = x @ a.sum(axis=1) - np.einsum("ij,ij->i", x @ a, x)
+    out = np.full(k + 1, np.inf)
+    np.minimum.at(out, x.sum(axis=1).astype(np.int64), np.maximum(cut, 0.0))
+    return out
+
+
+def _matching_layers(sub: np.ndarray) -> list[tuple[float, int]]:
+    """The weights between two blocks (``sub``: p × q) as a sum of weighted matchings plus a
+    non-negative rest: ``[(w, size), …]``, peeled off one maximum matching of the remaining
+    support at a time at its lightest weight (each round empties a pair)."""
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
+    rest = sub.astype(np.float64).copy()
+    tol = 1e-12 * float(rest.max(initial=0.0))
+    out = []
+    while rest.max(initial=0.0) > tol:
+        match = maximum_bipartite_matching(sp.csr_array(rest > tol), perm_type="column")
+        rows = np.flatnonzero(match >= 0)
+        w = float(rest[rows, match[rows]].min())
+        out.append((w, len(rows)))
+        rest[rows, match[rows]] -= w
+        rest[rest <= tol] = 0.0
+    return out
+
+
+def cut_blocks(
+    problem: PlacementProblem, block: int = CUT_BLOCK
+) -> tuple[list[np.ndarray], list[np.ndarray], list]:
+    """The job graph in blocks of at most ``block`` workers for
+    :func:`block_cut_cpsat` (cached): ``(members, split costs, layers)``, the blocks a
+    small-cut partition (:func:`tsched.solvers.hierarchical.partition`, so the heavy groups stay
+    inside), each block's :func:`block_split_costs`, and ``(b, c, w, slack_b, slack_c)`` per
+    matching layer between two blocks (:func:`_matching_layers`; slack: a block's vertices the
+    matching leaves out)."""
+    cached = problem._cache.get(("cut_blocks", block))
+    if cached is not None:
+        return cached
+    from tsched.solvers.hierarchical import partition
+
+    sym = problem.flow_symmetric()
+    n = problem.n_workers
+    q, r = divmod(n, block)
+    sizes = np.array([block] * q + ([r] if r else []), dtype=np.int64)
+    part = partition(sym, sizes)[0] if len(sizes) > 1 else np.zeros(n, dtype=np.int64)
+    members = [np.flatnonzero(part == b) for b in range(len(sizes))]
+    costs = [block_split_costs(sym[m][:, m].toarray()) for m in members]
+    layers = []
+    for b, c in itertools.combinations(range(len(members)), 2):
+        sub = sym[members[b]][:, members[c]].toarray()
+        for w, size in _matching_layers(sub):
+            layers.append((b, c, w, len(members[b]) - size, len(members[c]) - size))
+    out = problem._cache[("cut_blocks", block)] = (members, costs, layers)
+    return out
+
+
+def block_cut_cpsat(
+    problem: PlacementProblem,
+    capacities: np.ndarray,
+    limit: float = CUT_CPSAT_LIMIT,
+    block: int = CUT_BLOCK,
+) -> float:
+    """A lower bound on the least traffic cut over domains of the given free capacities, from
+    the job graph's blocks of up to ``block`` workers (:func:`cut_blocks`): CP-SAT's proved
+    bound on a programme over how many workers of each block each domain holds.
+
+    Derivation. Let ``s_bd`` be the workers of block b in domain d. Inside a block, the part in
+    domain d is ``s_bd`` of its workers, so at least ``f_b[s_bd]`` of the block's weight leaves
+    it (the block's exact split costs), and each cut pair leaves two parts: the block's cut is at
+    least ``½ Σ_d f_b[s_bd]``. Between blocks b and c, take one matching layer (weight w on each
+    of its pairs; it leaves ``slack_b`` workers of b out): of b's ``s_bd`` workers in d at least
+    ``s_bd − slack_b`` are matched, and at most ``s_cd`` of their partners are in d, so at least
+    ``s_bd − s_cd − slack_b`` matched pairs leave d from b's side, and likewise from c's; each
+    cut pair is counted from both ends, so the layer cuts at least
+    ``½ Σ_d w·max(0, s_bd − s_cd − slack_b, s_cd − s_bd − slack_c)``. Layers split the
+    weights between blocks without overlap, so the sum over blocks and layers bounds the cut for
+    every plan; minimising it over all counts that fit the capacities (``Σ_d s_bd = |b|``,
+    ``Σ_b s_bd ≤ cap_d``) gives the bound. With two domains every cut pair leaves both, and the
+    halves count once: one count per block, ``f_b[s_b]`` and the layer terms taken whole.
+
+    Exact where the optimal cut runs between whole blocks joined by matchings, as in an MoE
+    job's data-parallel rings between expert groups, which the densest-subgraph weights and
+    the pair-level CP-SAT model (:func:`level_cut_cpsat`) leave loose: both see the rings only
+    one pair at a time. Costs are rounded down on a :data:`BLOCK_SCALE` scale, and CP-SAT's
+    proved bound holds whether or not it finished within the deterministic ``limit``. 0 where
+    it finds nothing.
+    """
+    from ortools.sat.python import cp_model
+
+    caps = sorted((int(c) for c in capacities if c > 0), reverse=True)
+    n = problem.n_workers
+    if len(caps) < 2 or sum(caps) < n or problem.n_edges == 0:
+        return 0.0
+    members, costs, layers = cut_blocks(problem, block)
+    top = max([float(np.max(f[np.isfinite(f)])) for f in costs] + [w for _, _, w, _, _ in layers])
+    if top <= 0:
+        return 0.0
+    scale = BLOCK_SCALE / top
+    two = len(caps) == 2
+    doms = 1 if two else len(caps)
+    m = cp_model.CpModel()
+    s = [[m.NewIntVar(0, min(len(mem), cap), "") for cap in caps] for mem in members]
+    for b, mem in enumerate(members):
+        m.Add(sum(s[b]) == len(mem))
+    for d, cap in enumerate(caps):
+        m.Add(sum(s[b][d] for b in range(len(members))) <= cap)
+    for d in range(1, len(caps)):  # domains of one capacity are interchangeable: block 0's
+        if caps[d] == caps[d - 1]:  # counts over them can be taken non-increasing
+            m.Add(s[0][d - 1] >= s[0][d])
+    terms = []
+    for b, f in enumerate(costs):
+        table = [int(np.floor(v * scale * (1 - 1e-9))) for v in f]
+        for d in range(doms):
+            v = m.NewIntVar(0, max(table), "")
+            m.AddElement(s[b][d], table, v)
+            terms.append(v)
+    for b, c, w, slack_b, slack_c in layers:
+        weight = int(np.floor(w * scale * (1 - 1e-9)))
+        if weight <= 0:
+            continue
+        for d in range(doms):
+            z = m.NewIntVar(0, max(len(members[b]), len(members[c])), "")
+            m.Add(z >= s[b][d] - s[c][d] - slack_b)
+            m.Add(z >= s[c][d] - s[b][d] - slack_c)
+            terms.append(weight * z)
+    m.Minimize(sum(terms))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 2
+    solver.parameters.random_seed = 0
+    solver.parameters.interleave_search = True  # reproducible under a deterministic limit
+    solver.parameters.max_deterministic_time = float(limit)
+    status = solver.Solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return 0.0
+    return max(float(solver.BestObjectiveBound()), 0.0) / scale / (1 if two else 2)
+
+
 def _split_cost(factor: np.ndarray, line: bool) -> tuple[float, float]:
     """``(α, β)``: a split of the factor graph over domains cuts at least ``α·(k − 1)`` of its
     weight (k domains touch it) and at least ``β`` per domain that holds part of it but not all
@@ -885,8 +1040,10 @@ def partition_bound(problem: PlacementProblem) -> float | None:
     data-parallel rings tile into equal dense blocks that the eigenvalue bound cannot see. Up to
     :data:`DENSEST_MAX_WORKERS` workers, with the densest weights searched exactly up to
     :data:`DENSEST_MAX_PART` workers (larger domains use the density bound). A level of few
-    large domains (the spine groups or NVL72 racks a job must span) gets a third bound on its
-    cut: CP-SAT's proved bound on the least cut over those capacities (:func:`level_cut_cpsat`).
+    large domains (the spine groups or NVL72 racks a job must span) gets two more bounds on its
+    cut: CP-SAT's proved bounds on the least cut over those capacities, pair by pair
+    (:func:`level_cut_cpsat`, up to :data:`CUT_CPSAT_MAX_WORKERS` workers) and block by block
+    (:func:`block_cut_cpsat`).
     """
     n = problem.n_workers
     if n > DENSEST_MAX_WORKERS:
@@ -901,11 +1058,14 @@ def partition_bound(problem: PlacementProblem) -> float | None:
     )
     cuts = _search_free_cuts(problem, sizes_by_level, steps, weights)
     for k, sizes in enumerate(sizes_by_level):
-        if steps[k] > 0 and _few_domains(sizes) and n <= CUT_CPSAT_MAX_WORKERS:
+        if steps[k] <= 0 or not _few_domains(sizes):
+            continue
+        if n <= CUT_CPSAT_MAX_WORKERS:
             lower, partition, _ = level_cut_cpsat(problem, sizes)
             cuts[k] = max(cuts[k], lower)
             if partition is not None:  # a candidate plan (auto takes it if it is better)
                 problem._cache["partition_plan"] = _plan_from_partition(problem, k, partition)
+        cuts[k] = max(cuts[k], block_cut_cpsat(problem, sizes))
     bound = e[0] * float(problem.gb.sum()) + float(np.dot(steps, cuts))
     return bound + linear_floor(problem)
 
