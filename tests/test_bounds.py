@@ -615,3 +615,45 @@ def test_block_cut_cpsat_is_exact_on_rings_of_dense_blocks() -> None:
     part = np.repeat(np.arange(8) < 3, 16)  # three whole cliques on one side: a cut of 32
     a = problem.flow_symmetric().toarray()
     assert float(a[part][:, ~part].sum()) == pytest.approx(32.0)
+
+
+def _least_cut(problem: PlacementProblem, caps: np.ndarray) -> float:
+    """The least traffic cut over every spread of the workers over domains of ``caps``."""
+    a = problem.flow_symmetric().toarray()
+    spreads = np.array(list(itertools.product(range(len(caps)), repeat=problem.n_workers)))
+    fits = np.all(np.stack([(spreads == d).sum(axis=1) <= c for d, c in enumerate(caps)]), axis=0)
+    spreads = spreads[fits]
+    differ = spreads[:, :, None] != spreads[:, None, :]
+    return float((differ * a).sum(axis=(1, 2)).min()) / 2
+
+
+def test_projection_cuts_credit_whole_lines_only_with_what_holding_them_costs() -> None:
+    """TP2 × DP4 over two domains of 4: a domain can hold a whole data-parallel ring only by
+    touching all four TP pairs, which splits them. Crediting the ring for free halves the bound;
+    with the credit priced, the bound is the least cut: each ring cut twice (four DP pairs)."""
+    from tsched.solvers.bounds import projection_cuts
+
+    model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
+    workload = Workload.from_layout("j", Layout(tp=2, pp=1, dp=4), model)
+    problem = PlacementProblem.build(fabric(2, 2, gpus=8), workload)
+    caps = np.array([4, 4])
+    best = _least_cut(problem, caps)
+    assert projection_cuts(problem, [caps.astype(float)])[0] == pytest.approx(best, rel=1e-9)
+
+
+@given(small_layouts(), st.integers(0, 2**31))
+@settings(max_examples=40, deadline=None)
+def test_projection_cuts_never_exceed_the_least_cut_over_two_domains(workload, seed) -> None:
+    """Layouts of up to 12 workers over two domains of random free capacities (whole lines fit
+    in them often): the line-projection bound stays at or below the least cut."""
+    from tsched.solvers.bounds import projection_cuts
+
+    n = workload.workers
+    problem = PlacementProblem.build(fabric(2, 2, gpus=8), workload)
+    rng = np.random.default_rng(seed)
+    caps = rng.integers(1, n + 1, size=2)
+    if caps.sum() < n:
+        caps[0] += n - caps.sum()
+    best = _least_cut(problem, caps)
+    for cut in projection_cuts(problem, [caps.astype(float)]):
+        assert cut <= best + 1e-9 * max(1.0, best)

@@ -859,7 +859,14 @@ def _projection_forms(
 ) -> list[list[tuple[np.ndarray, float]]]:
     """Per level, every ``(cost, const)`` of :func:`projection_cuts`: the level's cut is at least
     ``const + Σ_P cost[|P|]`` over its domains P, for each rank grid and each choice of form
-    per dimension (cached: they depend on the largest domain of each level only)."""
+    per dimension (cached: they depend on the largest domain of each level only).
+
+    A part's credit for the lines it holds whole (``β_a⌊|P|/m_a⌋``) is taken only with what
+    holding one costs: a whole line of dimension a is m_a ranks that differ in coordinate a
+    alone, so they lie on m_a different lines of every other dimension (``L_b ≥ m_a``). Each
+    part's cost is the least over which dimensions it holds whole lines of. Without this, a
+    rack of an NVL72 cluster could be credited with whole data-parallel rings while touching
+    only as many tensor-parallel groups as it holds whole."""
     n = problem.n_workers
     spans = tuple(int(min(np.max(s, initial=0), n)) for s in sizes_by_level)
     key = ("projection_forms", spans)
@@ -868,17 +875,36 @@ def _projection_forms(
         return cached
     out: list[list[tuple[np.ndarray, float]]] = [[] for _ in sizes_by_level]
     for m, alpha, beta in _line_split_costs(problem):
+        d = len(m)
         lines = n / m
-        for per_part in itertools.product((False, True), repeat=len(m)):
+        choices = []  # (form per dimension, dimensions held whole): one water-filling each
+        for per_part in itertools.product((False, True), repeat=d):
             use = np.array(per_part, dtype=bool)
             if np.any(use & (beta <= 0)):
                 continue
-            coef = np.where(use, beta, alpha)  # per dimension: by lines split or by parts short
-            const = -float(np.dot(alpha[~use], lines[~use]))
-            for k, span in enumerate(spans):
-                f = _projection_costs(coef, m, lines, span)
-                whole = np.floor(np.arange(span + 1)[:, None] / m)  # lines a part can hold
-                out[k].append((f - (whole[:, use] * beta[use]).sum(axis=1), const))
+            dims = np.flatnonzero(use).tolist()
+            for r in range(len(dims) + 1):
+                choices.extend((use, list(held)) for held in itertools.combinations(dims, r))
+        if not choices:
+            continue
+        coefs = np.array([np.where(use, beta, alpha) for use, _ in choices])
+        floors = np.ones((len(choices), d))
+        for row, (_, held) in enumerate(choices):
+            for a in held:  # a whole line of a: m_a ranks on m_a lines of each other dimension
+                floors[row] = np.maximum(floors[row], np.where(np.arange(d) == a, 1.0, m[a]))
+        for k, span in enumerate(spans):
+            f = _projection_costs(coefs, m, lines, span, floors)
+            whole = np.floor(np.arange(span + 1)[:, None] / m)  # lines a part can hold
+            best: dict[bytes, np.ndarray] = {}
+            for row, (use, held) in enumerate(choices):
+                cost = f[row] - (whole[:, held] * beta[held]).sum(axis=1)
+                mark = use.tobytes()
+                best[mark] = cost if mark not in best else np.minimum(best[mark], cost)
+            for use, _ in choices:
+                mark = use.tobytes()
+                if mark in best:
+                    const = -float(np.dot(alpha[~use], lines[~use]))
+                    out[k].append((best.pop(mark), const))
     problem._cache[key] = out
     return out
 
@@ -939,27 +965,40 @@ def _line_split_costs(
     return out
 
 
-def _projection_costs(alpha: np.ndarray, m: np.ndarray, lines: np.ndarray, span: int) -> np.ndarray:
-    """``f[s]`` for s = 0 … ``span``: a lower bound on ``Σ_a α_a L_a`` over sets of s ranks
-    (:func:`projection_cuts`), by water-filling in ``log L``."""
-    d = len(alpha)
-    s = np.arange(1, span + 1, dtype=float)[:, None]
-    lo = np.log(np.maximum(np.ceil(s / m), 1.0))
-    hi = np.log(np.maximum(np.minimum(lines, s), np.ceil(s / m)))
-    need = (d - 1) * np.log(s[:, 0])
+def _projection_costs(
+    alpha: np.ndarray,
+    m: np.ndarray,
+    lines: np.ndarray,
+    span: int,
+    floors: np.ndarray,
+) -> np.ndarray:
+    """``f[c, s]`` for each row c of ``alpha`` and s = 0 … ``span``: a lower bound on
+    ``Σ_a α_a L_a`` over sets of s ranks that touch at least ``floors[c, a]`` lines of each
+    dimension (and ``⌈s/m_a⌉``; :func:`projection_cuts`), by water-filling in ``log L``, all
+    rows at once; ∞ where a floor exceeds ``min(lines_a, s)`` (no set of that size touches so
+    many lines)."""
+    s = np.arange(1, span + 1, dtype=float)[None, :, None]
+    alpha = np.asarray(alpha, dtype=float)[:, None, :]
+    most = np.maximum(np.minimum(lines, s), np.ceil(s / m))
+    least = np.maximum(np.maximum(np.ceil(s / m), 1.0), floors[:, None, :])
+    impossible = np.any(least > most, axis=2)
+    lo = np.log(np.minimum(least, most))
+    hi = np.log(np.broadcast_to(most, lo.shape))
+    need = (len(m) - 1) * np.log(s[..., 0])
     free = alpha <= 0  # costless dimensions touch all the lines they may
     log_alpha = np.log(np.where(free, 1.0, alpha))
     # x_a = log(λ/α_a) clipped to [lo_a, hi_a]: λ between these spans every clipping
-    low = (log_alpha + lo).min(axis=1) - 1.0
-    high = (log_alpha + hi).max(axis=1) + 1.0
-    for _ in range(100):  # bisection on the multiplier: Σ log L_a reaches `need`
+    low = (log_alpha + lo).min(axis=2) - 1.0
+    high = (log_alpha + hi).max(axis=2) + 1.0
+    for _ in range(64):  # bisection on the multiplier: Σ log L_a reaches `need`
         mid = 0.5 * (low + high)
-        x = np.where(free, hi, np.clip(mid[:, None] - log_alpha, lo, hi))
-        enough = x.sum(axis=1) >= need - 1e-12
+        x = np.where(free, hi, np.clip(mid[..., None] - log_alpha, lo, hi))
+        enough = x.sum(axis=2) >= need - 1e-12
         high = np.where(enough, mid, high)
         low = np.where(enough, low, mid)
-    x = np.where(free, hi, np.clip(low[:, None] - log_alpha, lo, hi))
-    return np.concatenate([[0.0], (alpha * np.exp(x)).sum(axis=1)])
+    x = np.where(free, hi, np.clip(low[..., None] - log_alpha, lo, hi))
+    value = np.where(impossible, np.inf, (alpha * np.exp(x)).sum(axis=2))
+    return np.concatenate([np.zeros((len(value), 1)), value], axis=1)
 
 
 def packing_bound(problem: PlacementProblem) -> float | None:
