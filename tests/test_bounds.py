@@ -657,3 +657,18 @@ def test_projection_cuts_never_exceed_the_least_cut_over_two_domains(workload, s
     best = _least_cut(problem, caps)
     for cut in projection_cuts(problem, [caps.astype(float)]):
         assert cut <= best + 1e-9 * max(1.0, best)
+
+
+def test_block_cut_model_is_capped(monkeypatch) -> None:
+    """Uniform weights between two blocks of 16 peel into 16 perfect matchings (fewer when
+    capped: the rest is left out), and a model above BLOCK_MODEL_MAX is not handed to CP-SAT:
+    the bound is then 0, never a guess."""
+    from tsched.solvers import bounds
+
+    layers = bounds._matching_layers(np.full((16, 16), 2.0))
+    assert [size for _, size in layers] == [16] * 16
+    assert sum(w * size for w, size in layers) == pytest.approx(2.0 * 256)
+    assert len(bounds._matching_layers(np.full((16, 16), 2.0), most=3)) == 3
+    problem = _ring_of_blocks(8, 16, 10.0, 1.0)
+    monkeypatch.setattr(bounds, "BLOCK_MODEL_MAX", 8)
+    assert bounds.block_cut_cpsat(problem, np.array([84, 92])) == 0.0

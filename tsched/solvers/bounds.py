@@ -44,6 +44,7 @@ each worker's cheapest GPU. Without pairwise traffic that floor is the optimum i
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
@@ -92,6 +93,9 @@ CUT_CPSAT_MAX_WORKERS = 256
 CUT_CPSAT_LIMIT = 2.0
 #: Largest block of :func:`block_cut_cpsat` (its split costs enumerate all 2^16 subsets).
 CUT_BLOCK = 16
+#: Largest block model (count and layer variables, each once per domain) :func:`block_cut_cpsat`
+#: hands to CP-SAT; larger ones (dense traffic between many blocks) prove little in its budget.
+BLOCK_MODEL_MAX = 1024
 #: ... whose costs are integers up to this (rounded down: a bound at most 10⁻⁸ of the heaviest
 #: term per term below the exact one).
 BLOCK_SCALE = 1e8
@@ -631,24 +635,36 @@ def block_split_costs(a: np.ndarray) -> np.ndarray:
     k = len(a)
     if k > CUT_BLOCK:
         raise ValueError(f"a block of {k} vertices; at most {CUT_BLOCK} are enumerated")
-    masks = np.arange(2**k, dtype=np.int64)
-    x = ((masks[:, None] >> np.arange(k)) & 1).astype(np.float64)
+    x, count = _subsets(k)
     cut = x @ a.sum(axis=1) - np.einsum("ij,ij->i", x @ a, x)
     out = np.full(k + 1, np.inf)
-    np.minimum.at(out, x.sum(axis=1).astype(np.int64), np.maximum(cut, 0.0))
+    np.minimum.at(out, count, np.maximum(cut, 0.0))
     return out
 
 
-def _matching_layers(sub: np.ndarray) -> list[tuple[float, int]]:
-    """The weights between two blocks (``sub``: p × q) as a sum of weighted matchings plus a
-    non-negative rest: ``[(w, size), …]``, peeled off one maximum matching of the remaining
-    support at a time at its lightest weight (each round empties a pair)."""
+@functools.lru_cache(maxsize=4)
+def _subsets(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every subset of k vertices as a 0/1 row, and its size (read-only, cached)."""
+    masks = np.arange(2**k, dtype=np.int64)
+    x = ((masks[:, None] >> np.arange(k)) & 1).astype(np.float64)
+    count = x.sum(axis=1).astype(np.int64)
+    x.flags.writeable = False
+    count.flags.writeable = False
+    return x, count
+
+
+def _matching_layers(sub: np.ndarray, most: int = CUT_BLOCK) -> list[tuple[float, int]]:
+    """The weights between two blocks (``sub``: p × q) as a sum of at most ``most`` weighted
+    matchings plus a non-negative rest: ``[(w, size), …]``, peeled off one maximum matching of
+    the remaining support at a time at its lightest weight (each round empties a pair; uniform
+    weights between two blocks of 16 take 16 rounds). The rest is left out, which only lowers
+    the bound."""
     from scipy.sparse.csgraph import maximum_bipartite_matching
 
     rest = sub.astype(np.float64).copy()
     tol = 1e-12 * float(rest.max(initial=0.0))
     out = []
-    while rest.max(initial=0.0) > tol:
+    while rest.max(initial=0.0) > tol and len(out) < most:
         match = maximum_bipartite_matching(sp.csr_array(rest > tol), perm_type="column")
         rows = np.flatnonzero(match >= 0)
         w = float(rest[rows, match[rows]].min())
@@ -678,7 +694,14 @@ def cut_blocks(
     sizes = np.array([block] * q + ([r] if r else []), dtype=np.int64)
     part = partition(sym, sizes)[0] if len(sizes) > 1 else np.zeros(n, dtype=np.int64)
     members = [np.flatnonzero(part == b) for b in range(len(sizes))]
-    costs = [block_split_costs(sym[m][:, m].toarray()) for m in members]
+    costs = []
+    seen: dict[bytes, np.ndarray] = {}  # blocks with the same traffic (a layout's repeats)
+    for mem in members:
+        a = sym[mem][:, mem].toarray()
+        key = a.tobytes()
+        if key not in seen:
+            seen[key] = block_split_costs(a)
+        costs.append(seen[key])
     layers = []
     for b, c in itertools.combinations(range(len(members)), 2):
         sub = sym[members[b]][:, members[c]].toarray()
@@ -716,8 +739,9 @@ def block_cut_cpsat(
     job's data-parallel rings between expert groups, which the densest-subgraph weights and
     the pair-level CP-SAT model (:func:`level_cut_cpsat`) leave loose: both see the rings only
     one pair at a time. Costs are rounded down on a :data:`BLOCK_SCALE` scale, and CP-SAT's
-    proved bound holds whether or not it finished within the deterministic ``limit``. 0 where
-    it finds nothing.
+    proved bound holds whether or not it finished within the deterministic ``limit`` (and four
+    times as many wall seconds). 0 where it finds nothing, or where the model is larger than
+    :data:`BLOCK_MODEL_MAX`.
     """
     from ortools.sat.python import cp_model
 
@@ -726,6 +750,8 @@ def block_cut_cpsat(
     if len(caps) < 2 or sum(caps) < n or problem.n_edges == 0:
         return 0.0
     members, costs, layers = cut_blocks(problem, block)
+    if (len(members) + len(layers)) * len(caps) > BLOCK_MODEL_MAX:
+        return 0.0
     top = max([float(np.max(f[np.isfinite(f)])) for f in costs] + [w for _, _, w, _, _ in layers])
     if top <= 0:
         return 0.0
@@ -763,6 +789,7 @@ def block_cut_cpsat(
     solver.parameters.random_seed = 0
     solver.parameters.interleave_search = True  # reproducible under a deterministic limit
     solver.parameters.max_deterministic_time = float(limit)
+    solver.parameters.max_time_in_seconds = 4.0 * float(limit)  # a guard on a loaded machine
     status = solver.Solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return 0.0
