@@ -28,6 +28,29 @@ from tsched.workload import Layout, ModelSpec, Workload
 PCIE = (("X", "PIX", "SYS"), ("PIX", "X", "SYS"), ("SYS", "SYS", "X"))
 
 
+def _least_cut(problem: PlacementProblem, caps: np.ndarray) -> float:
+    """The least traffic cut over every spread of the workers over domains of ``caps``."""
+    a = problem.flow_symmetric().toarray()
+    spreads = np.array(list(itertools.product(range(len(caps)), repeat=problem.n_workers)))
+    fits = np.all(np.stack([(spreads == d).sum(axis=1) <= c for d, c in enumerate(caps)]), axis=0)
+    spreads = spreads[fits]
+    differ = spreads[:, :, None] != spreads[:, None, :]
+    return float((differ * a).sum(axis=(1, 2)).min()) / 2
+
+
+def _random_cut_problem(seed: int, n: int) -> tuple[PlacementProblem, np.ndarray]:
+    """A random sparse traffic graph on n workers and two or three domain capacities that
+    hold them all."""
+    rng = np.random.default_rng(seed)
+    f = rng.random((n, n)) * (rng.random((n, n)) < 0.6)
+    np.fill_diagonal(f, 0)
+    problem = PlacementProblem.from_qap(f, np.ones((n, n)) - np.eye(n))
+    caps = rng.integers(1, n, size=int(rng.integers(2, 4)))
+    if caps.sum() < n:
+        caps[0] += n - caps.sum()
+    return problem, caps
+
+
 @st.composite
 def cluster_problems(draw):
     seed = draw(st.integers(0, 2**31))
@@ -245,26 +268,12 @@ def test_partition_bound_proves_an_moe_plan_the_eigenvalues_leave_open() -> None
 def test_level_cut_cpsat_bounds_the_least_cut_over_capacities(seed, n) -> None:
     """CP-SAT's cut bound never exceeds the least cut found by enumerating every spread of the
     workers over the domains, and a partition it calls optimal cuts exactly that much."""
-    import itertools
-
     from tsched.solvers.bounds import level_cut_cpsat
 
-    rng = np.random.default_rng(seed)
-    f = rng.random((n, n)) * (rng.random((n, n)) < 0.6)
-    np.fill_diagonal(f, 0)
-    problem = PlacementProblem.from_qap(f, np.ones((n, n)) - np.eye(n))
-    caps = rng.integers(1, n, size=int(rng.integers(2, 4)))
-    if caps.sum() < n:
-        caps[0] += n - caps.sum()
+    problem, caps = _random_cut_problem(seed, n)
     a = problem.flow_symmetric().toarray()
     order = sorted(caps.tolist(), reverse=True)
-    best = np.inf
-    for spread in itertools.product(range(len(order)), repeat=n):
-        counts = np.bincount(spread, minlength=len(order))
-        if np.any(counts > order):
-            continue
-        s = np.array(spread)
-        best = min(best, float(a[s[:, None] != s[None, :]].sum()) / 2)
+    best = _least_cut(problem, caps)
     lower, part, optimal = level_cut_cpsat(problem, caps)
     assert lower <= best + 1e-9
     if problem.n_edges == 0:
@@ -447,7 +456,6 @@ def test_packing_bound_proves_tp_rings_split_over_half_free_nodes() -> None:
 def test_projection_cuts_never_exceed_the_least_cut(workload, seed) -> None:
     """The line-projection bound on a level's cut stays at or below the least cut found by
     enumerating every spread of a layout's workers over domains of random free capacities."""
-    import itertools
 
     from tsched.solvers.bounds import projection_cuts
 
@@ -460,13 +468,7 @@ def test_projection_cuts_never_exceed_the_least_cut(workload, seed) -> None:
     caps = rng.integers(1, n + 1, size=int(rng.integers(2, 4)))
     if caps.sum() < n:
         caps[0] += n - caps.sum()
-    a = problem.flow_symmetric().toarray()
-    best = np.inf
-    for spread in itertools.product(range(len(caps)), repeat=n):
-        if np.any(np.bincount(spread, minlength=len(caps)) > caps):
-            continue
-        part = np.array(spread)
-        best = min(best, float(a[part[:, None] != part[None, :]].sum()) / 2)
+    best = _least_cut(problem, caps)
     cuts = projection_cuts(problem, [caps.astype(float)])
     if workload.layout.ep == 1:
         assert len(cuts) == 1
@@ -548,21 +550,8 @@ def test_block_cut_cpsat_never_exceeds_the_least_cut(seed, n, block) -> None:
     every spread of the workers over two or three domains."""
     from tsched.solvers.bounds import block_cut_cpsat
 
-    rng = np.random.default_rng(seed)
-    f = rng.random((n, n)) * (rng.random((n, n)) < 0.6)
-    np.fill_diagonal(f, 0)
-    problem = PlacementProblem.from_qap(f, np.ones((n, n)) - np.eye(n))
-    caps = rng.integers(1, n, size=int(rng.integers(2, 4)))
-    if caps.sum() < n:
-        caps[0] += n - caps.sum()
-    a = problem.flow_symmetric().toarray()
-    best = np.inf
-    for spread in itertools.product(range(len(caps)), repeat=n):
-        if np.any(np.bincount(spread, minlength=len(caps)) > caps):
-            continue
-        s = np.array(spread)
-        best = min(best, float(a[s[:, None] != s[None, :]].sum()) / 2)
-    assert block_cut_cpsat(problem, caps, block=block) <= best + 1e-9
+    problem, caps = _random_cut_problem(seed, n)
+    assert block_cut_cpsat(problem, caps, block=block) <= _least_cut(problem, caps) + 1e-9
 
 
 def test_block_cut_cpsat_is_exact_where_an_moe_job_must_span_two_spine_groups() -> None:
@@ -615,16 +604,6 @@ def test_block_cut_cpsat_is_exact_on_rings_of_dense_blocks() -> None:
     part = np.repeat(np.arange(8) < 3, 16)  # three whole cliques on one side: a cut of 32
     a = problem.flow_symmetric().toarray()
     assert float(a[part][:, ~part].sum()) == pytest.approx(32.0)
-
-
-def _least_cut(problem: PlacementProblem, caps: np.ndarray) -> float:
-    """The least traffic cut over every spread of the workers over domains of ``caps``."""
-    a = problem.flow_symmetric().toarray()
-    spreads = np.array(list(itertools.product(range(len(caps)), repeat=problem.n_workers)))
-    fits = np.all(np.stack([(spreads == d).sum(axis=1) <= c for d, c in enumerate(caps)]), axis=0)
-    spreads = spreads[fits]
-    differ = spreads[:, :, None] != spreads[:, None, :]
-    return float((differ * a).sum(axis=(1, 2)).min()) / 2
 
 
 def test_projection_cuts_credit_whole_lines_only_with_what_holding_them_costs() -> None:
