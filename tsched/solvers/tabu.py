@@ -311,21 +311,27 @@ def tenure_range(lo: float, hi: float, k: int) -> tuple[int, int]:
 def _tenures(value: Any, k: int, threads: int) -> list[tuple[int, int]]:
     """Each thread's tenure range: a given one for all; by default :data:`TENURES` in turn."""
     if value is not None:
-        return [_tenure(value, k)] * threads
+        return [_tenure(value)] * threads
     return [tenure_range(*TENURES[j % len(TENURES)], k) for j in range(threads)]
 
 
-def _tenure(value: Any, k: int) -> tuple[int, int]:
+def _tenure(value: Any) -> tuple[int, int]:
     """A given tenure range: two integers lo ≤ hi."""
+    return _pair(
+        "tenure", value, int, lambda lo, hi: 0 <= lo <= hi,
+        "two integers 0 <= lo <= hi (e.g. tenure=10,14)",
+    )  # fmt: skip
+
+
+def _pair(name: str, value: Any, kind: type, ok: Any, expected: str) -> tuple[Any, Any]:
+    """An option given as ``lo,hi`` (or as a pair) of ``kind`` for which ``ok(lo, hi)`` holds,
+    or an error naming the option, the value and what was ``expected``."""
     try:
-        lo, hi = (int(v) for v in (value.split(",") if isinstance(value, str) else value))
+        lo, hi = (kind(v) for v in (value.split(",") if isinstance(value, str) else value))
     except (TypeError, ValueError):
-        lo, hi = -1, -1
-    if not 0 <= lo <= hi:
-        raise InputError(
-            f"method 'tabu': option tenure={value!r} must be two integers "
-            "0 <= lo <= hi (e.g. tenure=10,14)"
-        )
+        lo = hi = None
+    if lo is None or not ok(lo, hi):
+        raise InputError(f"method 'tabu': option {name}={value!r} must be {expected}")
     return lo, hi
 
 
@@ -345,17 +351,11 @@ def _restarts(options: dict[str, Any], threads: int) -> list[tuple[int, tuple[fl
 
 def _jumps(value: Any) -> tuple[float, float]:
     """A given jump range: two fractions 0 < lo ≤ hi ≤ 1."""
-    try:
-        lo, hi = (float(v) for v in (value.split(",") if isinstance(value, str) else value))
-    except (TypeError, ValueError):
-        lo, hi = -1.0, -1.0
-    if not 0 < lo <= hi <= 1:
-        raise InputError(
-            f"method 'tabu': option jumps={value!r} must be two fractions 0 < lo <= hi <= 1 "
-            "of the facilities exchanged at random after a chunk without gain (e.g. "
-            "jumps=0.125,0.5)"
-        )
-    return lo, hi
+    return _pair(
+        "jumps", value, float, lambda lo, hi: 0 < lo <= hi <= 1,
+        "two fractions 0 < lo <= hi <= 1 of the facilities exchanged at random after a chunk "
+        "without gain (e.g. jumps=0.125,0.5)",
+    )  # fmt: skip
 
 
 def perturb_count(n_real: int, fails: int, perturb: tuple[float, float] = PERTURB) -> int:
