@@ -614,11 +614,7 @@ def level_cut_cpsat(
             m.Add(same <= 1 + x[i][d] - x[j][d])
         kept.append((int(w), same))
     m.Maximize(sum(w * v for w, v in kept))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 2
-    solver.parameters.random_seed = 0
-    solver.parameters.interleave_search = True  # reproducible under a deterministic limit
-    solver.parameters.max_deterministic_time = float(limit)
+    solver = _cut_solver(limit)
     status = solver.Solve(m)
     total = int(weights.sum())
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -626,6 +622,19 @@ def level_cut_cpsat(
     lower = max(total - solver.BestObjectiveBound(), 0.0) / scale
     part = np.array([next(d for d, v in enumerate(row) if solver.BooleanValue(v)) for row in x])
     return lower, part, status == cp_model.OPTIMAL
+
+
+def _cut_solver(limit: float) -> Any:
+    """CP-SAT as both cut models run it: two workers, seed 0, interleaved search, so a bound
+    under the deterministic ``limit`` repeats."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 2
+    solver.parameters.random_seed = 0
+    solver.parameters.interleave_search = True
+    solver.parameters.max_deterministic_time = float(limit)
+    return solver
 
 
 def block_split_costs(a: np.ndarray) -> np.ndarray:
@@ -674,15 +683,12 @@ def _matching_layers(sub: np.ndarray, most: int = CUT_BLOCK) -> list[tuple[float
     return out
 
 
-def cut_blocks(
-    problem: PlacementProblem, block: int = CUT_BLOCK
-) -> tuple[list[np.ndarray], list[np.ndarray], list]:
-    """The job graph in blocks of at most ``block`` workers for
-    :func:`block_cut_cpsat` (cached): ``(members, split costs, layers)``, the blocks a
-    small-cut partition (:func:`tsched.solvers.hierarchical.partition`, so the heavy groups stay
-    inside), each block's :func:`block_split_costs`, and ``(b, c, w, slack_b, slack_c)`` per
-    matching layer between two blocks (:func:`_matching_layers`; slack: a block's vertices the
-    matching leaves out)."""
+def cut_blocks(problem: PlacementProblem, block: int = CUT_BLOCK) -> tuple[list[np.ndarray], list]:
+    """The job graph in blocks of at most ``block`` workers for :func:`block_cut_cpsat`
+    (cached): ``(members, layers)``, the blocks a small-cut partition
+    (:func:`tsched.solvers.hierarchical.partition`, so the heavy groups stay inside), and
+    ``(b, c, w, slack_b, slack_c)`` per matching layer between two blocks
+    (:func:`_matching_layers`; slack: a block's vertices the matching leaves out)."""
     cached = problem._cache.get(("cut_blocks", block))
     if cached is not None:
         return cached
@@ -694,21 +700,32 @@ def cut_blocks(
     sizes = np.array([block] * q + ([r] if r else []), dtype=np.int64)
     part = partition(sym, sizes)[0] if len(sizes) > 1 else np.zeros(n, dtype=np.int64)
     members = [np.flatnonzero(part == b) for b in range(len(sizes))]
-    costs = []
-    seen: dict[bytes, np.ndarray] = {}  # blocks with the same traffic (a layout's repeats)
-    for mem in members:
-        a = sym[mem][:, mem].toarray()
-        key = a.tobytes()
-        if key not in seen:
-            seen[key] = block_split_costs(a)
-        costs.append(seen[key])
     layers = []
     for b, c in itertools.combinations(range(len(members)), 2):
         sub = sym[members[b]][:, members[c]].toarray()
         for w, size in _matching_layers(sub):
             layers.append((b, c, w, len(members[b]) - size, len(members[c]) - size))
-    out = problem._cache[("cut_blocks", block)] = (members, costs, layers)
+    out = problem._cache[("cut_blocks", block)] = (members, layers)
     return out
+
+
+def _block_costs(problem: PlacementProblem, block: int) -> list[np.ndarray]:
+    """Each block of :func:`cut_blocks`' :func:`block_split_costs` (cached), once per distinct
+    block (a layout's blocks repeat)."""
+    cached = problem._cache.get(("block_costs", block))
+    if cached is not None:
+        return cached
+    sym = problem.flow_symmetric()
+    seen: dict[bytes, np.ndarray] = {}
+    costs = []
+    for mem in cut_blocks(problem, block)[0]:
+        a = sym[mem][:, mem].toarray()
+        key = a.tobytes()
+        if key not in seen:
+            seen[key] = block_split_costs(a)
+        costs.append(seen[key])
+    problem._cache[("block_costs", block)] = costs
+    return costs
 
 
 def block_cut_cpsat(
@@ -749,9 +766,10 @@ def block_cut_cpsat(
     n = problem.n_workers
     if len(caps) < 2 or sum(caps) < n or problem.n_edges == 0:
         return 0.0
-    members, costs, layers = cut_blocks(problem, block)
+    members, layers = cut_blocks(problem, block)
     if (len(members) + len(layers)) * len(caps) > BLOCK_MODEL_MAX:
         return 0.0
+    costs = _block_costs(problem, block)
     top = max([float(np.max(f[np.isfinite(f)])) for f in costs] + [w for _, _, w, _, _ in layers])
     if top <= 0:
         return 0.0
@@ -784,11 +802,7 @@ def block_cut_cpsat(
             m.Add(z >= s[c][d] - s[b][d] - slack_c)
             terms.append(weight * z)
     m.Minimize(sum(terms))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 2
-    solver.parameters.random_seed = 0
-    solver.parameters.interleave_search = True  # reproducible under a deterministic limit
-    solver.parameters.max_deterministic_time = float(limit)
+    solver = _cut_solver(limit)
     solver.parameters.max_time_in_seconds = 4.0 * float(limit)  # a guard on a loaded machine
     status = solver.Solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -904,34 +918,31 @@ def _projection_forms(
     for m, alpha, beta in _line_split_costs(problem):
         d = len(m)
         lines = n / m
-        choices = []  # (form per dimension, dimensions held whole): one water-filling each
+        uses: list[np.ndarray] = []
+        rows = []  # (form, dimensions a part holds whole lines of): one water-filling each
         for per_part in itertools.product((False, True), repeat=d):
             use = np.array(per_part, dtype=bool)
             if np.any(use & (beta <= 0)):
                 continue
             dims = np.flatnonzero(use).tolist()
             for r in range(len(dims) + 1):
-                choices.extend((use, list(held)) for held in itertools.combinations(dims, r))
-        if not choices:
+                rows += [(len(uses), list(held)) for held in itertools.combinations(dims, r)]
+            uses.append(use)
+        if not rows:
             continue
-        coefs = np.array([np.where(use, beta, alpha) for use, _ in choices])
-        floors = np.ones((len(choices), d))
-        for row, (_, held) in enumerate(choices):
+        coefs = np.array([np.where(uses[u], beta, alpha) for u, _ in rows])
+        floors = np.ones((len(rows), d))
+        for row, (_, held) in enumerate(rows):
             for a in held:  # a whole line of a: m_a ranks on m_a lines of each other dimension
                 floors[row] = np.maximum(floors[row], np.where(np.arange(d) == a, 1.0, m[a]))
         for k, span in enumerate(spans):
             f = _projection_costs(coefs, m, lines, span, floors)
             whole = np.floor(np.arange(span + 1)[:, None] / m)  # lines a part can hold
-            best: dict[bytes, np.ndarray] = {}
-            for row, (use, held) in enumerate(choices):
-                cost = f[row] - (whole[:, held] * beta[held]).sum(axis=1)
-                mark = use.tobytes()
-                best[mark] = cost if mark not in best else np.minimum(best[mark], cost)
-            for use, _ in choices:
-                mark = use.tobytes()
-                if mark in best:
-                    const = -float(np.dot(alpha[~use], lines[~use]))
-                    out[k].append((best.pop(mark), const))
+            cost = np.full((len(uses), span + 1), np.inf)
+            for row, (u, held) in enumerate(rows):  # the least over what a part holds whole
+                np.minimum(cost[u], f[row] - (whole[:, held] * beta[held]).sum(axis=1), out=cost[u])
+            for u, use in enumerate(uses):
+                out[k].append((cost[u], -float(np.dot(alpha[~use], lines[~use]))))
     problem._cache[key] = out
     return out
 
