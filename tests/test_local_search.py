@@ -238,16 +238,84 @@ def test_vectorised_choice_matches_the_row_major_scan(seed, n, dummies) -> None:
     delta[n:] = 0.0
     tabu = rng.integers(0, 40, (k, k))
     perm = rng.permutation(k).astype(np.int64)
-    tmin = np.zeros((k, k), dtype=np.int64)
-    tmax = np.zeros((k, k), dtype=np.int64)
-    for w in range(k):
-        kernel._mark_pairs_of(tabu, perm, tmin, tmax, w, n)
+    tmin = np.zeros((k, k))
+    tmax = np.zeros((k, k), dtype=np.int32)
+    least = min(kernel._mark_pairs_of(tabu, perm, tmin, tmax, w, n) for w in range(k))
+    pairs = np.triu(np.ones((k, k), dtype=bool), 1)
+    pairs[n:] = False
+    assert least == tmax[pairs].min()
     recent = int(rng.integers(0, 45))
     stale = int(rng.choice([-1, int(rng.integers(0, 10))]))
     current, best = 10.0, float(rng.choice([10.0, 8.5, 13.0]))
-    r, s, value = kernel._best_move(delta, tmin, tmax, n, recent, stale, best - current - 1e-12)
-    assert (r, s) == reference_choice(delta, tabu, perm, n, recent, stale, current, best)
+    slack = best - current - 1e-12
+    r, s, value, oldest = kernel._best_move(delta, tmin, tmax, n, recent, stale, slack)
+    want = reference_choice(delta, tabu, perm, n, recent, stale, current, best)
+    assert (r, s) == want
     assert value == delta[r, s]
+    forced = least < stale
+    # a whole scan reports the least later tabu time; one stopped at a forced pair does not
+    assert oldest == (kernel.HUGE if forced else least)
+    if not forced:  # told that no pair is forced, the scan skips that table: the same choice
+        assert kernel._best_move(delta, tmin, tmax, n, recent, stale, slack, False)[:2] == want
+
+
+def reference_tabu(f, d, lin, perm, n_real, moves, tenure, aspiration, sym):
+    """The kernel's loop in Python with a fixed tenure, reading all three tables every move
+    (no floor): the moves the kernel must make. Returns the best value after every move."""
+    k = len(perm)
+    perm = perm.copy()
+    p = d[np.ix_(perm, perm)].copy()
+    pt, ft = p.T.copy(), f.T.copy()
+    never = -(k * k) - 1
+    tabu = np.full((k, k), never, dtype=np.int32)
+    tmin, tmax = np.full((k, k), float(never)), np.full((k, k), never, dtype=np.int32)
+    delta = kernel.delta_matrix(f, d, lin, perm, n_real)
+    rows = min(k, n_real)
+    current = best = kernel.cost(f, d, lin, perm)
+    bests = []
+    for it in range(1, moves + 1):
+        slack = best - current - 1e-12
+        r, s, chosen, _ = kernel._best_move(
+            delta, tmin, tmax, rows, it - tenure, it - aspiration, slack, True
+        )
+        tabu[r, perm[r]] = tabu[s, perm[s]] = it
+        perm[r], perm[s] = perm[s], perm[r]
+        kernel._exchange_rows_cols(p, r, s)
+        current += chosen
+        if sym:
+            kernel._update_sym(f, p, lin, perm, delta, r, s, n_real, np.empty(k), np.empty(k))
+        else:
+            kernel._exchange_rows_cols(pt, r, s)
+            kernel._update_rows(f, ft, p, pt, lin, perm, delta, r, s, n_real)
+        for w in (r, s):
+            kernel._mark_pairs_of(tabu, perm, tmin, tmax, w, rows)
+        best = min(best, current)
+        bests.append(best)
+    return bests
+
+
+@pytest.mark.parametrize("sym", [False, True])
+@pytest.mark.parametrize("aspiration", [12, 40, 90])
+def test_kernel_reads_the_forced_table_only_when_a_pair_may_be_stale(sym, aspiration) -> None:
+    """With an aspiration of a few moves, pairs go stale and are forced all along the run: the
+    kernel, which skips the table of later tabu times while its floor says no pair is stale,
+    makes the moves of a scan of all three tables every move (its best after each move)."""
+    n, dummies = 9, 3
+    k = n + dummies
+    f, d, lin = random_case(11, n, k, symmetric=sym)
+    perm = np.random.default_rng(2).permutation(k).astype(np.int64)
+    tenure, moves = 3, 150
+    want = reference_tabu(f, d, lin, perm, n, moves, tenure, aspiration, sym)
+    got = []
+    for budget in range(1, moves + 1):
+        _, value, made = kernel.tabu_search(
+            f, d, lin, perm, n, budget, tenure, tenure, aspiration, 0, -np.inf,
+            kernel.delta_matrix(f, d, lin, perm, n), sym, np.zeros(1, dtype=np.int64),
+        )  # fmt: skip
+        assert made == budget
+        got.append(value)
+    assert np.allclose(got, want)
+    assert len(set(want)) > 3  # the run moves on: forced moves, not a fixed point
 
 
 def test_symmetric_kernel_follows_the_general_one() -> None:

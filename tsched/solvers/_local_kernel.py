@@ -129,7 +129,8 @@ def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no co
         row = delta[r]
         for s in range(r + 1, k):  # branch-free (vectorised); the u and v columns redone below
             row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
-    _redo_pairs_of(f, ft, p, pt, lin, perm, delta, u, v, nq, False)
+    _redo_rows(f, ft, p, pt, lin, perm, delta, u, nq)
+    _redo_rows(f, ft, p, pt, lin, perm, delta, v, nq)
 
 
 @njit(cache=True, fastmath=FAST)
@@ -149,74 +150,76 @@ def _update_sym(f, p, lin, perm, delta, u, v, n_real, a, P):  # pragma: no cover
         row = delta[r]
         for s in range(r + 1, k):
             row[s] += 2.0 * (ar - a[s]) * (P[s] - Pr)
-    _redo_pairs_of(f, f, p, p, lin, perm, delta, u, v, nq, True)
+    _redo_sym(f, p, lin, perm, delta, u, nq)
+    _redo_sym(f, p, lin, perm, delta, v, nq)
 
 
 @njit(cache=True, fastmath=FAST)
-def _redo_pairs_of(f, ft, p, pt, lin, perm, delta, u, v, nq, sym):  # pragma: no cover
-    """Recompute, in O(k) each, the deltas of every pair that contains u or v (Taillard's O(1)
-    term holds only for pairs apart from both); pairs of two dummies are never moves. Each is
-    :func:`swap_delta` on row-contiguous data: the sum over every real q here (the loops
-    vectorise; a function call per pair cost twice as much), the q = r and q = s terms and the
-    rest in :func:`_sym_finish` or :func:`_rows_finish`."""
+def _redo_sym(f, p, lin, perm, delta, w, nq):  # pragma: no cover - compiled
+    """Recompute, in O(k) each, the deltas of every pair that contains w (Taillard's O(1) term
+    holds only for pairs apart from both exchanged facilities), for symmetric f and d with zero
+    diagonals; pairs of two dummies (from ``nq`` on) are never moves. Each is
+    :func:`swap_delta` on row-contiguous data: the two sums of Taillard's formula are equal, so
+    one runs over every real q and is doubled, its q = r and q = s terms (−f[s,r]·p[s,r] each)
+    taken back out. Written out in full: a helper function per pair, even inlined, kept LLVM
+    from vectorising the sum (three times slower at k = 100)."""
     k = perm.shape[0]
-    for w in (u, v):
-        fw, pw, ftw, ptw = f[w], p[w], ft[w], pt[w]
-        top = k if w < nq else nq  # a dummy pairs with real facilities only
-        for x in range(top):
-            if x == w:
-                continue
-            fx, px = f[x], p[x]
-            acc = 0.0
-            if sym:
-                for q in range(nq):
-                    acc += (fx[q] - fw[q]) * (pw[q] - px[q])
-            else:
-                ftx, ptx = ft[x], pt[x]
-                for q in range(nq):
-                    acc += (ftx[q] - ftw[q]) * (ptw[q] - ptx[q]) + (fx[q] - fw[q]) * (pw[q] - px[q])
-            r, s = (x, w) if x < w else (w, x)
-            if sym:
-                delta[r, s] = _sym_finish(f, p, lin, perm, r, s, nq, acc)
-            else:
-                delta[r, s] = _rows_finish(f, ft, p, pt, lin, perm, r, s, nq, acc)
+    fw, pw = f[w], p[w]
+    top = k if w < nq else nq  # a dummy pairs with real facilities only
+    for x in range(top):
+        if x == w:
+            continue
+        fx, px = f[x], p[x]
+        acc = 0.0
+        for q in range(nq):
+            acc += (fx[q] - fw[q]) * (pw[q] - px[q])
+        r, s = (x, w) if x < w else (w, x)
+        if r < nq:
+            acc += f[s, r] * p[s, r]
+        if s < nq:
+            acc += f[r, s] * p[r, s]
+        delta[r, s] = (
+            lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]] + 2.0 * acc
+        )
 
 
-@njit(cache=True, fastmath=FAST, inline="always")
-def _sym_finish(f, p, lin, perm, r, s, nq, acc):  # pragma: no cover - compiled
-    """The delta of exchanging r and s for symmetric f and d with zero diagonals, from
-    ``acc`` = Σ_q (f[r,q] − f[s,q])·(p[s,q] − p[r,q]) over every real q: the two sums of
-    Taillard's formula are equal, so one is doubled; the loop's q = r and q = s terms
-    (−f[s,r]·p[s,r] each, zero diagonals) are taken back out."""
-    if r < nq:
-        acc += f[s, r] * p[s, r]
-    if s < nq:
-        acc += f[r, s] * p[r, s]
-    return lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]] + 2.0 * acc
-
-
-@njit(cache=True, fastmath=FAST, inline="always")
-def _rows_finish(f, ft, p, pt, lin, perm, r, s, nq, acc):  # pragma: no cover - compiled
-    """The delta of exchanging r and s, from ``acc``, the sum over every real q of Taillard's
-    two terms (fᵀ and pᵀ rows, then f and p rows): the q = r and q = s terms are taken back
-    out, the direct (r, s) term and the linear costs added."""
-    for q in (r, s):
-        if q < nq:
-            acc -= (ft[r, q] - ft[s, q]) * (pt[s, q] - pt[r, q]) + (f[r, q] - f[s, q]) * (
-                p[s, q] - p[r, q]
+@njit(cache=True, fastmath=FAST)
+def _redo_rows(f, ft, p, pt, lin, perm, delta, w, nq):  # pragma: no cover - compiled
+    """:func:`_redo_sym` for any f and d (``ft = fᵀ``, ``pt = pᵀ``): the sum over every real q
+    of Taillard's two terms (fᵀ and pᵀ rows, then f and p rows), its q = r and q = s terms taken
+    back out, the direct (r, s) term and the linear costs added."""
+    k = perm.shape[0]
+    fw, pw, ftw, ptw = f[w], p[w], ft[w], pt[w]
+    top = k if w < nq else nq
+    for x in range(top):
+        if x == w:
+            continue
+        fx, px, ftx, ptx = f[x], p[x], ft[x], pt[x]
+        acc = 0.0
+        for q in range(nq):
+            acc += (ftx[q] - ftw[q]) * (ptw[q] - ptx[q]) + (fx[q] - fw[q]) * (pw[q] - px[q])
+        r, s = (x, w) if x < w else (w, x)
+        if r < nq:
+            acc -= (ft[r, r] - ft[s, r]) * (pt[s, r] - pt[r, r]) + (f[r, r] - f[s, r]) * (
+                p[s, r] - p[r, r]
             )
-    delta = (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])
-    delta += lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
-    return delta + acc
+        if s < nq:
+            acc -= (ft[r, s] - ft[s, s]) * (pt[s, s] - pt[r, s]) + (f[r, s] - f[s, s]) * (
+                p[s, s] - p[r, s]
+            )
+        acc += (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])
+        delta[r, s] = acc + lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
 
 
 @njit(cache=True)
 def _mark_pairs_of(tabu, perm, tmin, tmax, w, rows):  # pragma: no cover - compiled
     """Refresh, for every pair (x, w), when each of the two last left the other's location:
     ``tmin`` holds the earlier of the two times (the move is tabu while even that one is
-    recent), ``tmax`` the later (the move is forced once even that one is stale)."""
+    recent; kept as floats, the type of the deltas it is scanned with), ``tmax`` the later (the
+    move is forced once even that one is stale). Returns the least ``tmax`` written."""
     k = perm.shape[0]
     top = k if w < rows else rows
+    least = 2**31 - 1
     for x in range(top):
         if x == w:
             continue
@@ -225,47 +228,60 @@ def _mark_pairs_of(tabu, perm, tmin, tmax, w, rows):  # pragma: no cover - compi
         t_sr = tabu[s, perm[r]]
         tmin[r, s] = min(t_rs, t_sr)
         tmax[r, s] = max(t_rs, t_sr)
+        least = min(least, max(t_rs, t_sr))
+    return least
 
 
 @njit(cache=True, fastmath=FAST)
-def _best_move(delta, tmin, tmax, rows, recent, stale, slack):  # pragma: no cover - compiled
+def _best_move(delta, tmin, tmax, rows, recent, stale, slack, check=True):  # pragma: no cover
     """Robust tabu search's choice, as a scan in row-major order would make it: the first pair
     that is forced (both facilities away from the other's location since ``stale``); else the
     least delta if it is below ``slack`` (aspiration: it beats the best plan); else the least
     delta among pairs not tabu (tmin < ``recent``); else, everything tabu, the least delta.
-    Each row is reduced branch-free (vectorised); one row is then searched for the index."""
+    Each row is reduced branch-free (vectorised); one row is then searched for the index.
+
+    Returns (r, s, delta, oldest): ``oldest`` is the least ``tmax`` of all pairs, or
+    :data:`HUGE` when the table was not read to its end (a forced pair found, or ``check``
+    false). With ``check`` false the caller knows that no pair is forced (every ``tmax`` ≥
+    ``stale``), and the ``tmax`` table is not read at all: the scan reads two tables instead of
+    three."""
     k = delta.shape[0]
     all_v, all_r = HUGE, -1
     adm_v, adm_r = HUGE, -1
+    oldest = HUGE
     for r in range(rows):
-        row, mn, mx = delta[r], tmin[r], tmax[r]
+        if check:
+            mx = tmax[r]
+            row_old = HUGE
+            for s in range(r + 1, k):
+                row_old = min(row_old, mx[s])
+            if row_old < stale:
+                for s in range(r + 1, k):
+                    if mx[s] < stale:
+                        return r, s, delta[r, s], HUGE  # the table not read to its end
+            oldest = min(oldest, row_old)
+        row, mn = delta[r], tmin[r]
         lo_all, lo_adm = HUGE, HUGE
-        oldest = stale
         for s in range(r + 1, k):
             value = row[s]
             lo_all = min(lo_all, value)
             lo_adm = min(lo_adm, value if mn[s] < recent else HUGE)
-            oldest = min(oldest, mx[s])
-        if oldest < stale:
-            for s in range(r + 1, k):
-                if mx[s] < stale:
-                    return r, s, row[s]
         if lo_all < all_v:
             all_v, all_r = lo_all, r
         if lo_adm < adm_v:
             adm_v, adm_r = lo_adm, r
     if all_r < 0:
-        return -1, -1, HUGE
+        return -1, -1, HUGE, oldest
     if all_v < slack or adm_r < 0:
         row = delta[all_r]
         for s in range(all_r + 1, k):
             if row[s] == all_v:
-                return all_r, s, all_v
+                return all_r, s, all_v, oldest
     row, mn = delta[adm_r], tmin[adm_r]
     for s in range(adm_r + 1, k):
         if row[s] == adm_v and mn[s] < recent:
-            return adm_r, s, adm_v
-    return -1, -1, HUGE  # not reached
+            return adm_r, s, adm_v, oldest
+    return -1, -1, HUGE, oldest  # not reached
 
 
 @njit(cache=True, nogil=True)
@@ -297,9 +313,13 @@ def tabu_search(
     flag shared by searches in other threads: the search stops when it is set, and sets it on
     reaching ``target``. Returns (best permutation, best value, moves made).
 
-    Per move: the choice reads three k×k tables row by row (deltas and, per pair, the two
-    tabu times as min and max, kept current in O(k) a move), and the update is O(1) per
-    untouched pair and O(k) for the 2k pairs of the exchanged facilities.
+    Per move: the choice reads two k×k tables row by row (deltas and, per pair, the earlier of
+    the two tabu times), and the update is O(1) per untouched pair and O(k) for the 2k pairs of
+    the exchanged facilities. The later tabu times (a third table, kept current in O(k) a move
+    like the first) are read only when a pair may be forced: ``floor``, the least of them when
+    last read, lowered by every refresh, says when (tabu times only grow, so a pair goes stale
+    no sooner than ``floor + aspiration``); the moves are those of a scan of all three tables
+    every move.
     """
     np.random.seed(seed)
     k = perm.shape[0]
@@ -318,8 +338,9 @@ def tabu_search(
     never = -(k * k) - 1
     # move numbers restart with each call (a chunk of < 2**31 moves): int32 halves the tables
     tabu = np.full((k, k), never, dtype=np.int32)  # tabu[i, l]: when i last left l
-    tmin = np.full((k, k), never, dtype=np.int32)
+    tmin = np.full((k, k), float(never))  # floats: scanned alongside the deltas (vectorised)
     tmax = np.full((k, k), never, dtype=np.int32)
+    floor = never  # no pair's tmax is below it: none is forced while it - aspiration <= floor
     tenure = np.random.randint(tenure_lo, tenure_hi + 1)
     rows = min(k, n_real)  # dummies come last: a pair of two dummies is never a move
     it = 0
@@ -327,11 +348,14 @@ def tabu_search(
         it += 1
         if it % (2 * tenure_hi) == 0:
             tenure = np.random.randint(tenure_lo, tenure_hi + 1)
-        r, s, chosen = _best_move(
-            delta, tmin, tmax, rows, it - tenure, it - aspiration, best - current - 1e-12
+        check = it - aspiration > floor
+        r, s, chosen, oldest = _best_move(
+            delta, tmin, tmax, rows, it - tenure, it - aspiration, best - current - 1e-12, check
         )
         if r < 0:
             break
+        if check and oldest < HUGE:  # the whole table was read: its least entry
+            floor = int(oldest)
         tabu[r, perm[r]] = it
         tabu[s, perm[s]] = it
         perm[r], perm[s] = perm[s], perm[r]
@@ -342,8 +366,8 @@ def tabu_search(
         else:  # pt is a matrix of its own only here
             _exchange_rows_cols(pt, r, s)
             _update_rows(f, ft, p, pt, lin, perm, delta, r, s, n_real)
-        _mark_pairs_of(tabu, perm, tmin, tmax, r, rows)
-        _mark_pairs_of(tabu, perm, tmin, tmax, s, rows)
+        floor = min(floor, _mark_pairs_of(tabu, perm, tmin, tmax, r, rows))
+        floor = min(floor, _mark_pairs_of(tabu, perm, tmin, tmax, s, rows))
         if current < best - 1e-12:
             best = current
             best_perm[:] = perm
