@@ -21,7 +21,8 @@
    the partition bound's CP-SAT cut left a partition whose plan beats greedy's, that plan
    goes on instead (on NVL72 racks the objective is that cut). If plan and bound meet, the
    plan is proved optimal.
-2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound; small
+2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound (on a
+   cluster, for :data:`BNB_SHARE` of the time, then the hierarchical CP-SAT model); small
    hierarchical ones (up to :data:`QUICK_CPSAT_WORKERS` workers) get a quick CP-SAT run on the
    worker → node model (a quarter of the time), which usually proves the plan at once.
 3. On a cluster, the hierarchical decomposition (top-down partitioning + sparse local search)
@@ -62,6 +63,12 @@ __all__ = ["auto", "DEFAULT_TIME_LIMIT", "BNB_MAX", "CPSAT_MAX_WORKERS", "COMPON
 DEFAULT_TIME_LIMIT = 10.0
 #: Largest flat QAP handed to branch and bound.
 BNB_MAX = 16
+#: Share of the time branch and bound gets on a small cluster instance before the hierarchical
+#: CP-SAT model takes over. Each proves instances the other cannot in the default 10 s: the
+#: flat search wins on random traffic over few nodes, the node model where a node's
+#: interchangeable GPUs multiply the flat search's branches; branch and bound's proofs mostly
+#: come within a few seconds.
+BNB_SHARE = 0.4
 #: Largest worker count handed to the hierarchical CP-SAT model.
 CPSAT_MAX_WORKERS = 256
 #: Largest worker count improved by tabu search (its moves scan a k × k delta matrix).
@@ -245,16 +252,30 @@ def _single(
         why = f"greedy is within the asked gap {100 * target_gap:g} % of the {source} bound"
         return _choose(greedy, "greedy", why, steps)
     n = problem.n_workers
+    view, reason = (None, "raw QAP") if problem.cluster is None else hierarchical_view(problem)
     if _small_flat(problem):
         left = limit - (time.perf_counter() - start)
+        share = left if view is None else BNB_SHARE * left
         out = get_solver("bnb").fn(
-            problem, time_limit=max(0.05, left), seed=seed, options={"hint": greedy.assignment}
+            problem, time_limit=max(0.05, share), seed=seed, options={"hint": greedy.assignment}
         )
         why = f"small flat instance ({n} facilities): branch and bound"
         out = keep_better(problem, out, greedy.assignment)
         steps.add("exact search", "bnb", out, bound=out.bound)
-        return _choose(out, "bnb", why, steps)
-    view, reason = (None, "raw QAP") if problem.cluster is None else hierarchical_view(problem)
+        left = limit - (time.perf_counter() - start)
+        if view is None or out.proved_optimal or left <= 0.05:
+            return _choose(out, "bnb", why, steps)
+        # a cluster's GPUs of a node are interchangeable: the worker → node model has none of
+        # the flat search's symmetric copies
+        model = get_solver("cpsat").fn(
+            problem, time_limit=left, seed=seed, options={"hint": out.assignment}
+        )
+        model = keep_better(problem, model, out.assignment)
+        steps.add("exact search (hierarchical model)", "cpsat", model, bound=model.bound)
+        lower = max(b for b in (out.bound, model.bound, -np.inf) if b is not None)
+        model = replace(model, bound=None if lower == -np.inf else lower)
+        why += ", then the hierarchical CP-SAT model"
+        return _choose(model, "cpsat", why, steps)
     exact = view is not None and n <= CPSAT_MAX_WORKERS
     current, label = greedy, "greedy"
     if view is not None and n <= QUICK_CPSAT_WORKERS:

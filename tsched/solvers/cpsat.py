@@ -41,6 +41,10 @@ __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
 DEFAULT_TIME_LIMIT = 60.0
 #: Largest coefficient after scaling float costs to integers.
 SCALE_TARGET = 1e7
+#: Most that the scaled savings may add up to, so that their sum is exact in a double.
+SCALE_LIMIT = 2.0**52
+#: Relative gap under which a plan counts as proved (:func:`_result`).
+PROOF_TOLERANCE = 1e-6
 #: Largest facility count for the flat model (it has pairs × locations² booleans).
 FLAT_LIMIT = 16
 
@@ -162,6 +166,15 @@ def _solve_hierarchical(
     per_level = [view.weight * s for s in steps]
     biggest = max((float(p.max()) for p in per_level if len(p)), default=0.0)
     scale = SCALE_TARGET / biggest if biggest > 0 else 1.0
+    # Rounding each saving up costs the bound at most one unit per term. Where that could exceed
+    # a hundredth of the proof tolerance (a plan far cheaper than its largest saving), the scale
+    # grows, as far as the savings' sum stays exact in a double (CP-SAT's LP).
+    terms_count = sum(int(np.count_nonzero(p)) for p in per_level)
+    start_cost = view.cost(hint_nodes)
+    if terms_count and start_cost > 0:
+        total = sum(float(p.sum()) for p in per_level)
+        wanted = terms_count / (PROOF_TOLERANCE / 100 * start_cost)
+        scale = max(scale, min(wanted, SCALE_LIMIT / total))
     coef = [np.ceil(p * scale).astype(np.int64) for p in per_level]
 
     m = cp_model.CpModel()
@@ -326,7 +339,7 @@ def _result(
     """The output of a finished CP-SAT run: optimal only when CP-SAT says so and its bound,
     taken back to the float objective, meets the recomputed objective."""
     value = objective(problem, assignment)
-    proved = optimal and value - bound <= 1e-6 * max(1.0, abs(value))
+    proved = optimal and value - bound <= PROOF_TOLERANCE * max(1.0, abs(value))
     return SolverOutput(
         assignment,
         bound=bound,
