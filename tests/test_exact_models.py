@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -156,3 +157,27 @@ def test_auto_hands_a_small_cluster_instance_on_to_the_node_model() -> None:
     r = tsched.solve(problem, method="auto", seed=0)
     assert [step["method"] for step in r.stats["auto_steps"]] == ["greedy", "bnb", "cpsat"]
     assert r.status == "optimal" and r.stats["auto_choice"] == "cpsat"
+
+
+@pytest.mark.parametrize("method", ["cpsat", "milp"])
+def test_independent_proofs_use_no_bound_of_tsched(unproved_by_bounds, monkeypatch, method) -> None:
+    """With ``independent`` the exact models never ask for tsched's bounds (no early stop, no
+    cut), and still prove the optimum the bounded run proves."""
+    from tsched.solvers import bounds
+
+    bounded = tsched.solve(unproved_by_bounds, method=method, time_limit=60)
+    asked: list[str] = []
+
+    def spy(*args: object, **kwargs: object) -> tuple[None, None]:
+        asked.append(inspect.stack()[1].filename.rsplit("/", 1)[-1])
+        return None, None
+
+    monkeypatch.setattr(bounds, "best_bound", spy)
+    alone = tsched.solve(
+        unproved_by_bounds, method=method, time_limit=60, options={"independent": "true"}
+    )
+    assert set(asked) <= {"registry.py"}  # at most the registry's check of the result
+    assert alone.status == bounded.status == "optimal"
+    assert alone.objective == pytest.approx(bounded.objective, rel=1e-9)
+    with pytest.raises(InputError, match="independent="):
+        tsched.solve(unproved_by_bounds, method=method, options={"independent": "maybe"})

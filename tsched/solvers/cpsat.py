@@ -32,7 +32,12 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
+from tsched.solvers._hier import (
+    HierarchicalView,
+    assignment_from_nodes,
+    independent,
+    prepare_exact,
+)
 from tsched.solvers.bounds import best_bound
 from tsched.solvers.registry import SolverOutput, keep_better, register
 
@@ -53,6 +58,8 @@ _OPTIONS = {
     "workers": "CP-SAT search workers (default 2)",
     "hint": "a starting assignment (location per worker); default: the greedy solution",
     "symmetry_breaking": "order identical nodes and domains (default true)",
+    "independent": "prove without tsched's lower bounds: no early stop, no cut on the "
+    "objective (a check on the bounds; default false)",
 }
 
 
@@ -80,7 +87,16 @@ def cpsat(
     if prep.model == "hierarchical":
         assert view is not None
         symmetry = bool(options.get("symmetry_breaking", True))
-        out = _solve_hierarchical(problem, view, hint, remaining, seed, workers, symmetry)
+        out = _solve_hierarchical(
+            problem,
+            view,
+            hint,
+            remaining,
+            seed,
+            workers,
+            symmetry,
+            not independent(options, "cpsat"),
+        )
         return keep_better(problem, out, hint)
     if problem.n_workers > FLAT_LIMIT:
         return SolverOutput(
@@ -148,6 +164,7 @@ def _solve_hierarchical(
     seed: int,
     workers: int,
     symmetry: bool,
+    use_bounds: bool = True,
 ) -> SolverOutput:
     from ortools.sat.python import cp_model
 
@@ -217,7 +234,7 @@ def _solve_hierarchical(
                 terms.append((shared, int(coef[lev + 1][e])))
     savings = sum(c * b for b, c in terms) if terms else 0
     constant = view.constant
-    known, _ = best_bound(problem)
+    known, _ = best_bound(problem) if use_bounds else (None, None)
     if known is not None and terms:
         slack = sum(
             int(c[e]) - p[e] * scale for c, p in zip(coef, per_level) for e in range(len(p))

@@ -52,6 +52,8 @@ FLAT_LIMIT = 10
         "backend": "'highs' (default) or 'cbc'",
         "model": "'hierarchical' or 'flat' (default: hierarchical when it applies)",
         "hint": "a starting assignment (location per worker)",
+        "independent": "prove without tsched's lower bounds: no early stop, no cut on the "
+        "objective (a check on the bounds; default false)",
     },
 )
 def milp(
