@@ -24,7 +24,8 @@
 2. Small flat instances (up to :data:`BNB_MAX` facilities) go to branch and bound (on a
    cluster, for :data:`BNB_SHARE` of the time, then the hierarchical CP-SAT model); small
    hierarchical ones (up to :data:`QUICK_CPSAT_WORKERS` workers) get a quick CP-SAT run on the
-   worker → node model (a quarter of the time), which usually proves the plan at once.
+   worker → node model (a quarter of the time), which usually proves the plan at once; up to
+   :data:`CPSAT_ALONE_WORKERS` workers that run has all the time, and its plan stands.
 3. On a cluster, the hierarchical decomposition (top-down partitioning + sparse local search)
    runs too, and the better plan of the two goes on (MoE all-to-all traffic is where the
    partitioning wins; whole nodes and leaves where greedy's domain choice does).
@@ -75,6 +76,11 @@ CPSAT_MAX_WORKERS = 256
 TABU_MAX_WORKERS = 1024
 #: Largest worker count for which the hierarchical CP-SAT model is tried right after greedy.
 QUICK_CPSAT_WORKERS = 32
+#: Largest worker count for which that CP-SAT run has all the time and nothing else runs: on
+#: small random clusters its plans were the optimum every time, and one run proves optima
+#: that a quarter of the time, then the decomposition and tabu search, then the rest, do not
+#: (``benchmarks/results/known_optima.md``).
+CPSAT_ALONE_WORKERS = 16
 #: Most traffic components planned one after another (more are planned together).
 COMPONENTS_MAX = 64
 
@@ -279,9 +285,12 @@ def _single(
     exact = view is not None and n <= CPSAT_MAX_WORKERS
     current, label = greedy, "greedy"
     if view is not None and n <= QUICK_CPSAT_WORKERS:
-        # small enough that the hierarchical model usually proves the plan at once
+        # small enough that the hierarchical model usually proves the plan at once; up to
+        # CPSAT_ALONE_WORKERS it has all the time (one run proves what two halves do not)
+        alone = n <= CPSAT_ALONE_WORKERS
+        share = limit - (time.perf_counter() - start) if alone else limit / 4
         out = get_solver("cpsat").fn(
-            problem, time_limit=max(0.05, limit / 4), seed=seed,
+            problem, time_limit=max(0.05, share), seed=seed,
             options={"hint": greedy.assignment},
         )  # fmt: skip
         out = keep_better(problem, out, greedy.assignment)
@@ -294,6 +303,9 @@ def _single(
             return _choose(replace(out, bound=bound), "cpsat", why, steps)
         if best < value - tol:
             current, label, value = out, "cpsat", best
+        if alone:  # keep_better: CP-SAT's plan is no worse than greedy's
+            why = f"small hierarchical instance ({n} workers): the CP-SAT model, all the time"
+            return _choose(replace(out, bound=bound), "cpsat", why, steps)
     if problem.cluster is not None:
         left = limit - (time.perf_counter() - start)
         share = left / 2 if n > TABU_MAX_WORKERS else left / 3  # no tabu stage above the limit
