@@ -73,19 +73,24 @@ SUMMARY = [
 ]
 
 
-def fabric(nodes: int, per_leaf: int, leaves_per_spine: int) -> Cluster:
-    """DGX H100 nodes (8 GPUs, NVLink 450 GB/s) on leaves and spines (50 GB/s), a 25 GB/s core."""
+def fabric(
+    nodes: int,
+    per_leaf: int,
+    leaves_per_spine: int,
+    gpus: int = 8,
+    bandwidth: tuple[float, float, float, float] = (450, 50, 50, 25),
+    name: str | None = None,
+) -> Cluster:
+    """H100 nodes (by default DGX: 8 GPUs, NVLink 450 GB/s) on leaves and spines (50 GB/s) under
+    a core (25 GB/s); ``bandwidth`` gives NVLink, leaf, spine and core in that order."""
+    name = name or f"fabric-{gpus * nodes}"
+    links = dict(zip(("nvlink", "leaf", "spine", "core"), bandwidth))
     doc = {
         "tsched": "cluster/v1",
-        "name": f"fabric-{8 * nodes}",
-        "links": {
-            "nvlink": {"bandwidth": 450},
-            "leaf": {"bandwidth": 50},
-            "spine": {"bandwidth": 50},
-            "core": {"bandwidth": 25},
-        },
+        "name": name,
+        "links": {link: {"bandwidth": value} for link, value in links.items()},
         "levels": ["leaf", "spine", "core"],
-        "node_types": {"dgx": {"gpus": 8, "gpu": {"model": "H100"}, "intra": "nvlink"}},
+        "node_types": {"dgx": {"gpus": gpus, "gpu": {"model": "H100"}, "intra": "nvlink"}},
         "generate": [
             {
                 "type": "dgx",
@@ -95,7 +100,7 @@ def fabric(nodes: int, per_leaf: int, leaves_per_spine: int) -> Cluster:
             }
         ],
     }
-    return cluster_from_dict(doc, f"fabric-{8 * nodes}")
+    return cluster_from_dict(doc, name)
 
 
 def nvl72(racks: int) -> Cluster:

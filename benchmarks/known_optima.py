@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 import tsched
+from benchmarks import clusters
 from benchmarks._common import machine, markdown_table, write_result
 from tsched.cluster import Cluster
-from tsched.formats.cluster_yaml import cluster_from_dict
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds import best_bound
 from tsched.workload import Layout, ModelSpec, Workload
@@ -43,27 +43,9 @@ MAX_LOCATIONS = 24
 
 
 def fabric(nodes: int, per_leaf: int, leaves_per_spine: int, gpus: int) -> Cluster:
-    doc = {
-        "tsched": "cluster/v1",
-        "name": f"fabric-{nodes}x{gpus}",
-        "links": {
-            "nvlink": {"bandwidth": 450},
-            "leaf": {"bandwidth": 50},
-            "spine": {"bandwidth": 25},
-            "core": {"bandwidth": 12.5},
-        },
-        "levels": ["leaf", "spine", "core"],
-        "node_types": {"d": {"gpus": gpus, "gpu": {"model": "H100"}, "intra": "nvlink"}},
-        "generate": [
-            {
-                "type": "d",
-                "count": nodes,
-                "fanout": {"leaf": per_leaf, "spine": leaves_per_spine},
-                "at": {"core": "c0"},
-            }
-        ],
-    }
-    return cluster_from_dict(doc, doc["name"])
+    """Nodes of ``gpus`` H100s: NVLink 450, leaf 50, spine 25 and core 12.5 GB/s."""
+    name = f"fabric-{nodes}x{gpus}"
+    return clusters.fabric(nodes, per_leaf, leaves_per_spine, gpus, (450, 50, 25, 12.5), name)
 
 
 def fragment(cluster: Cluster, rng: np.random.Generator) -> Cluster:
