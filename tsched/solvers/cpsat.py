@@ -184,14 +184,16 @@ def _solve_hierarchical(
     biggest = max((float(p.max()) for p in per_level if len(p)), default=0.0)
     scale = SCALE_TARGET / biggest if biggest > 0 else 1.0
     # Rounding each saving up costs the bound at most one unit per term. Where that could exceed
-    # a hundredth of the proof tolerance (a plan far cheaper than its largest saving), the scale
-    # grows, as far as the savings' sum stays exact in a double (CP-SAT's LP).
+    # the proof tolerance at the optimum (a plan far cheaper than its savings), the scale grows,
+    # as far as the savings' sum stays exact in a double (CP-SAT's LP). The optimum is at least
+    # the known bound; without one (``independent``), a hundredth of the start's cost stands in.
+    known, _ = best_bound(problem) if use_bounds else (None, None)
     terms_count = sum(int(np.count_nonzero(p)) for p in per_level)
-    start_cost = view.cost(hint_nodes)
-    if terms_count and start_cost > 0:
+    if terms_count:
         total = sum(float(p.sum()) for p in per_level)
-        wanted = terms_count / (PROOF_TOLERANCE / 100 * start_cost)
-        scale = max(scale, min(wanted, SCALE_LIMIT / total))
+        least = known if known is not None and known > 0 else view.cost(hint_nodes) / 100
+        tolerance = PROOF_TOLERANCE * max(1.0, least)
+        scale = max(scale, min(terms_count / tolerance, SCALE_LIMIT / total))
     coef = [np.ceil(p * scale).astype(np.int64) for p in per_level]
 
     m = cp_model.CpModel()
@@ -234,7 +236,6 @@ def _solve_hierarchical(
                 terms.append((shared, int(coef[lev + 1][e])))
     savings = sum(c * b for b, c in terms) if terms else 0
     constant = view.constant
-    known, _ = best_bound(problem) if use_bounds else (None, None)
     if known is not None and terms:
         slack = sum(
             int(c[e]) - p[e] * scale for c, p in zip(coef, per_level) for e in range(len(p))
