@@ -100,14 +100,16 @@ def run(label: str, problem: PlacementProblem, exact_limit: float) -> dict[str, 
     )  # fmt: skip
     exact_s = time.perf_counter() - start
     proved = exact.stats.get("cpsat_status") == "OPTIMAL"
-    default, _ = best_bound(PlacementProblem.build(problem.cluster, problem.workload))
-    fresh = PlacementProblem.build(problem.cluster, problem.workload)
-    thorough, source = best_bound(fresh, thorough=True)
-    greedy = tsched.solve(fresh, method="greedy", seed=0)
+
+    def fresh() -> PlacementProblem:  # a problem's cache keeps bounds: none may help the next
+        return PlacementProblem.build(problem.cluster, problem.workload)
+
+    default, _ = best_bound(fresh())
+    bounded = fresh()
+    thorough, source = best_bound(bounded, thorough=True)
+    greedy = tsched.solve(bounded, method="greedy", seed=0)
     start = time.perf_counter()
-    auto = tsched.solve(
-        PlacementProblem.build(problem.cluster, problem.workload), method="auto", seed=0
-    )
+    auto = tsched.solve(fresh(), method="auto", seed=0)
     auto_s = time.perf_counter() - start
     optimum = min(exact.objective, auto.objective) if proved else None
     tol = 1e-6 * max(1.0, abs(optimum or 0.0))

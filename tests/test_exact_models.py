@@ -174,7 +174,7 @@ def test_independent_proofs_use_no_bound_of_tsched(unproved_by_bounds, monkeypat
 
     monkeypatch.setattr(bounds, "best_bound", spy)
     alone = tsched.solve(
-        unproved_by_bounds, method=method, time_limit=60, options={"independent": "true"}
+        unproved_by_bounds, method=method, time_limit=60, options={"independent": True}
     )
     assert set(asked) <= {"registry.py"}  # at most the registry's check of the result
     assert alone.status == bounded.status == "optimal"

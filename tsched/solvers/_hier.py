@@ -119,14 +119,13 @@ class ExactStart:
 
 def independent(options: dict[str, Any], name: str) -> bool:
     """The ``independent`` option of the exact models: prove without tsched's lower bounds (no
-    early stop at a start that meets them, no cut on the objective), a check on those bounds."""
+    early stop at a start that meets them, no cut on the objective), a check on those bounds.
+    A boolean (the command line's ``--option independent=true`` gives one)."""
     from tsched.errors import InputError
 
     value = options.get("independent", False)
-    if isinstance(value, str):
-        if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise InputError(f"method {name!r}: option independent={value!r} must be true or false")
-        return value.lower() in ("true", "1", "yes")
+    if value not in (True, False):  # 0 and 1 compare equal to them
+        raise InputError(f"method {name!r}: option independent={value!r} must be true or false")
     return bool(value)
 
 

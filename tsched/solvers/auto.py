@@ -278,8 +278,8 @@ def _single(
         )
         model = keep_better(problem, model, out.assignment)
         steps.add("exact search (hierarchical model)", "cpsat", model, bound=model.bound)
-        lower = max(b for b in (out.bound, model.bound, -np.inf) if b is not None)
-        model = replace(model, bound=None if lower == -np.inf else lower)
+        known = [b for b in (out.bound, model.bound) if b is not None]
+        model = replace(model, bound=max(known) if known else None)
         why += ", then the hierarchical CP-SAT model"
         return _choose(model, "cpsat", why, steps)
     exact = view is not None and n <= CPSAT_MAX_WORKERS
@@ -301,11 +301,11 @@ def _single(
         if out.proved_optimal or (bound is not None and best - bound <= tol):
             why = f"small hierarchical instance ({n} workers): CP-SAT proved the plan optimal"
             return _choose(replace(out, bound=bound), "cpsat", why, steps)
-        if best < value - tol:
-            current, label, value = out, "cpsat", best
         if alone:  # keep_better: CP-SAT's plan is no worse than greedy's
             why = f"small hierarchical instance ({n} workers): the CP-SAT model, all the time"
             return _choose(replace(out, bound=bound), "cpsat", why, steps)
+        if best < value - tol:
+            current, label, value = out, "cpsat", best
     if problem.cluster is not None:
         left = limit - (time.perf_counter() - start)
         share = left / 2 if n > TABU_MAX_WORKERS else left / 3  # no tabu stage above the limit

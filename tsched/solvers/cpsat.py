@@ -32,13 +32,7 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers._hier import (
-    HierarchicalView,
-    assignment_from_nodes,
-    independent,
-    prepare_exact,
-)
-from tsched.solvers.bounds import best_bound
+from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
 from tsched.solvers.registry import SolverOutput, keep_better, register
 
 __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
@@ -88,14 +82,7 @@ def cpsat(
         assert view is not None
         symmetry = bool(options.get("symmetry_breaking", True))
         out = _solve_hierarchical(
-            problem,
-            view,
-            hint,
-            remaining,
-            seed,
-            workers,
-            symmetry,
-            not independent(options, "cpsat"),
+            problem, view, hint, remaining, seed, workers, symmetry, prep.known
         )
         return keep_better(problem, out, hint)
     if problem.n_workers > FLAT_LIMIT:
@@ -164,8 +151,10 @@ def _solve_hierarchical(
     seed: int,
     workers: int,
     symmetry: bool,
-    use_bounds: bool = True,
+    known: float | None,
 ) -> SolverOutput:
+    """The worker → node model; ``known``: the best known lower bound (None: none, or the
+    ``independent`` option), a cut on the savings and the scale's guide."""
     from ortools.sat.python import cp_model
 
     n = problem.n_workers
@@ -187,7 +176,6 @@ def _solve_hierarchical(
     # the proof tolerance at the optimum (a plan far cheaper than its savings), the scale grows,
     # as far as the savings' sum stays exact in a double (CP-SAT's LP). The optimum is at least
     # the known bound; without one (``independent``), a hundredth of the start's cost stands in.
-    known, _ = best_bound(problem) if use_bounds else (None, None)
     terms_count = sum(int(np.count_nonzero(p)) for p in per_level)
     if terms_count:
         total = sum(float(p.sum()) for p in per_level)
