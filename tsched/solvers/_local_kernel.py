@@ -126,11 +126,12 @@ def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no co
         if r == u or r == v:
             continue
         ar, br, Pr, Qr = a[r], b[r], P[r], Q[r]
-        row = delta[r]
-        for s in range(r + 1, k):  # branch-free (vectorised); the u and v columns redone below
-            row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
-    _redo_rows(f, ft, p, pt, lin, perm, delta, u, nq)
-    _redo_rows(f, ft, p, pt, lin, perm, delta, v, nq)
+        # slices from r + 1 indexed from 0: an index numba cannot prove non-negative gets a
+        # wraparound test that keeps LLVM from vectorising the loop (three times slower)
+        row, at, bt, Pt, Qt = delta[r, r + 1 :], a[r + 1 :], b[r + 1 :], P[r + 1 :], Q[r + 1 :]
+        for t in range(k - r - 1):  # branch-free; the u and v columns redone below
+            row[t] += (ar - at[t]) * (Pt[t] - Pr) + (br - bt[t]) * (Qt[t] - Qr)
+    _redo_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, a, b)  # a, b: scratch now
 
 
 @njit(cache=True, fastmath=FAST)
@@ -147,68 +148,90 @@ def _update_sym(f, p, lin, perm, delta, u, v, n_real, a, P):  # pragma: no cover
         if r == u or r == v:
             continue
         ar, Pr = a[r], P[r]
-        row = delta[r]
-        for s in range(r + 1, k):
-            row[s] += 2.0 * (ar - a[s]) * (P[s] - Pr)
-    _redo_sym(f, p, lin, perm, delta, u, nq)
-    _redo_sym(f, p, lin, perm, delta, v, nq)
+        row, at, Pt = delta[r, r + 1 :], a[r + 1 :], P[r + 1 :]  # indexed from 0: vectorised
+        for t in range(k - r - 1):
+            row[t] += 2.0 * (ar - at[t]) * (Pt[t] - Pr)
+    _redo_sym(f, p, lin, perm, delta, u, v, nq, a, P)  # a, P: scratch now
 
 
 @njit(cache=True, fastmath=FAST)
-def _redo_sym(f, p, lin, perm, delta, w, nq):  # pragma: no cover - compiled
-    """Recompute, in O(k) each, the deltas of every pair that contains w (Taillard's O(1) term
-    holds only for pairs apart from both exchanged facilities), for symmetric f and d with zero
-    diagonals; pairs of two dummies (from ``nq`` on) are never moves. Each is
+def _redo_sym(f, p, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cover - compiled
+    """Recompute, in O(k) each, the deltas of every pair that contains u or v (Taillard's O(1)
+    term holds only for pairs apart from both exchanged facilities), for symmetric f and d
+    with zero diagonals; pairs of two dummies (from ``nq`` on) are never moves. Each is
     :func:`swap_delta` on row-contiguous data: the two sums of Taillard's formula are equal, so
-    one runs over every real q and is doubled, its q = r and q = s terms (−f[s,r]·p[s,r] each)
-    taken back out. Written out in full: a helper function per pair, even inlined, kept LLVM
-    from vectorising the sum (three times slower at k = 100)."""
+    one runs over every real q and is doubled. One pass over
+    the rows of f and p sums for u and for v at once (half the memory traffic of a pass each),
+    into the scratch vectors ``acc_u`` and ``acc_v``; the pairs are written in a second loop:
+    a function called in the summing loop, even inlined, keeps LLVM from vectorising it, and
+    a call per pair costs more than its sum."""
     k = perm.shape[0]
-    fw, pw = f[w], p[w]
-    top = k if w < nq else nq  # a dummy pairs with real facilities only
+    fu, pu, fv, pv = f[u], p[u], f[v], p[v]
+    top_u = k if u < nq else nq  # a dummy pairs with real facilities only
+    top_v = k if v < nq else nq
+    top = max(top_u, top_v)
     for x in range(top):
-        if x == w:
-            continue
         fx, px = f[x], p[x]
-        acc = 0.0
+        su = 0.0
+        sv = 0.0
         for q in range(nq):
-            acc += (fx[q] - fw[q]) * (pw[q] - px[q])
-        r, s = (x, w) if x < w else (w, x)
-        if r < nq:
-            acc += f[s, r] * p[s, r]
-        if s < nq:
-            acc += f[r, s] * p[r, s]
-        delta[r, s] = (
-            lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]] + 2.0 * acc
-        )
+            su += (fx[q] - fu[q]) * (pu[q] - px[q])
+            sv += (fx[q] - fv[q]) * (pv[q] - px[q])
+        acc_u[x] = su
+        acc_v[x] = sv
+    for side in range(2):  # the pairs written out (a call per pair costs more than the sum)
+        w, acc, top_w = (u, acc_u, top_u) if side == 0 else (v, acc_v, top_v)
+        for x in range(top_w):
+            if x == w or (side == 1 and x == u):  # the pair (u, v) once, with u
+                continue
+            r, s = (x, w) if x < w else (w, x)
+            total = acc[x]  # its q = r and q = s terms (−f[s,r]·p[s,r] each) taken back out
+            if r < nq:
+                total += f[s, r] * p[s, r]
+            if s < nq:
+                total += f[r, s] * p[r, s]
+            linear = lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
+            delta[r, s] = linear + 2.0 * total
 
 
 @njit(cache=True, fastmath=FAST)
-def _redo_rows(f, ft, p, pt, lin, perm, delta, w, nq):  # pragma: no cover - compiled
-    """:func:`_redo_sym` for any f and d (``ft = fᵀ``, ``pt = pᵀ``): the sum over every real q
-    of Taillard's two terms (fᵀ and pᵀ rows, then f and p rows), its q = r and q = s terms taken
-    back out, the direct (r, s) term and the linear costs added."""
+def _redo_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cover
+    """:func:`_redo_sym` for any f and d (``ft = fᵀ``, ``pt = pᵀ``): per pair, the sum over
+    every real q of Taillard's two terms (fᵀ and pᵀ rows, then f and p rows); its q = r and
+    q = s terms are taken back out, the direct (r, s) term and the linear costs added."""
     k = perm.shape[0]
-    fw, pw, ftw, ptw = f[w], p[w], ft[w], pt[w]
-    top = k if w < nq else nq
+    fu, pu, ftu, ptu = f[u], p[u], ft[u], pt[u]
+    fv, pv, ftv, ptv = f[v], p[v], ft[v], pt[v]
+    top_u = k if u < nq else nq
+    top_v = k if v < nq else nq
+    top = max(top_u, top_v)
     for x in range(top):
-        if x == w:
-            continue
         fx, px, ftx, ptx = f[x], p[x], ft[x], pt[x]
-        acc = 0.0
+        su = 0.0
+        sv = 0.0
         for q in range(nq):
-            acc += (ftx[q] - ftw[q]) * (ptw[q] - ptx[q]) + (fx[q] - fw[q]) * (pw[q] - px[q])
-        r, s = (x, w) if x < w else (w, x)
-        if r < nq:
-            acc -= (ft[r, r] - ft[s, r]) * (pt[s, r] - pt[r, r]) + (f[r, r] - f[s, r]) * (
-                p[s, r] - p[r, r]
-            )
-        if s < nq:
-            acc -= (ft[r, s] - ft[s, s]) * (pt[s, s] - pt[r, s]) + (f[r, s] - f[s, s]) * (
-                p[s, s] - p[r, s]
-            )
-        acc += (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])
-        delta[r, s] = acc + lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
+            su += (ftx[q] - ftu[q]) * (ptu[q] - ptx[q]) + (fx[q] - fu[q]) * (pu[q] - px[q])
+            sv += (ftx[q] - ftv[q]) * (ptv[q] - ptx[q]) + (fx[q] - fv[q]) * (pv[q] - px[q])
+        acc_u[x] = su
+        acc_v[x] = sv
+    for side in range(2):  # the pairs written out, as in _redo_sym
+        w, acc, top_w = (u, acc_u, top_u) if side == 0 else (v, acc_v, top_v)
+        for x in range(top_w):
+            if x == w or (side == 1 and x == u):
+                continue
+            r, s = (x, w) if x < w else (w, x)
+            total = acc[x]  # the q = r and q = s terms of both sums taken back out
+            if r < nq:
+                total -= (ft[r, r] - ft[s, r]) * (pt[s, r] - pt[r, r]) + (f[r, r] - f[s, r]) * (
+                    p[s, r] - p[r, r]
+                )
+            if s < nq:
+                total -= (ft[r, s] - ft[s, s]) * (pt[s, s] - pt[r, s]) + (f[r, s] - f[s, s]) * (
+                    p[s, s] - p[r, s]
+                )
+            total += (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])  # the direct (r, s) term
+            linear = lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
+            delta[r, s] = total + linear
 
 
 @njit(cache=True)
@@ -251,21 +274,21 @@ def _best_move(delta, tmin, tmax, rows, recent, stale, slack, check=True):  # pr
     oldest = HUGE
     for r in range(rows):
         if check:
-            mx = tmax[r]
+            mx = tmax[r, r + 1 :]  # rows from r + 1, indexed from 0 (vectorised)
             row_old = HUGE
-            for s in range(r + 1, k):
-                row_old = min(row_old, mx[s])
+            for t in range(k - r - 1):
+                row_old = min(row_old, mx[t])
             if row_old < stale:
-                for s in range(r + 1, k):
-                    if mx[s] < stale:
-                        return r, s, delta[r, s], HUGE  # the table not read to its end
+                for t in range(k - r - 1):
+                    if mx[t] < stale:
+                        return r, r + 1 + t, delta[r, r + 1 + t], HUGE  # table not read to its end
             oldest = min(oldest, row_old)
-        row, mn = delta[r], tmin[r]
+        row, mn = delta[r, r + 1 :], tmin[r, r + 1 :]
         lo_all, lo_adm = HUGE, HUGE
-        for s in range(r + 1, k):
-            value = row[s]
+        for t in range(k - r - 1):
+            value = row[t]
             lo_all = min(lo_all, value)
-            lo_adm = min(lo_adm, value if mn[s] < recent else HUGE)
+            lo_adm = min(lo_adm, value if mn[t] < recent else HUGE)
         if lo_all < all_v:
             all_v, all_r = lo_all, r
         if lo_adm < adm_v:
