@@ -458,3 +458,28 @@ def test_chunks_jump_further_without_gain_and_back_after_a_gain() -> None:
     after = begins[12]  # the gain's plan itself, unperturbed
     assert np.array_equal(after, begins[11])
     assert int((begins[13] != after).sum()) <= 2 * low  # then the least jump again
+
+
+def test_searches_side_by_side_run_with_one_blas_thread(monkeypatch) -> None:
+    """While tabu's searches run in threads, BLAS runs one thread (its spinning workers would
+    take the searches' cores), and its own count is back afterwards."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import tsched.solvers.tabu as tabu_module
+
+    def blas() -> set[int]:
+        pools = threadpoolctl.threadpool_info()
+        return {i["num_threads"] for i in pools if i["user_api"] == "blas"}
+
+    before = blas()
+    if not before:
+        pytest.skip("no BLAS library that threadpoolctl can see")
+    seen: list[set[int]] = []
+
+    def search(*job):
+        seen.append(blas())
+        return np.arange(3), float(job[0]), 1
+
+    monkeypatch.setattr(tabu_module, "run_chunks", search)
+    out = tabu_module._in_threads([(1,), (2,)], 2)
+    assert [o[1] for o in out] == [1.0, 2.0] and seen == [{1}, {1}]
+    assert blas() == before
