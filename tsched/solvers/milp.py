@@ -119,18 +119,23 @@ def _solver(backend: str, limit: float) -> Any:
 
 
 def _run(prob: Any, backend: str, limit: float) -> tuple[int, float | None, str]:
-    """Solve; return (PuLP solution status, backend's bound on the objective or None, text)."""
+    """Solve; return (PuLP solution status, backend's bound on the objective or None, the
+    backend's status in words)."""
     import pulp
 
     try:
-        with _stdout_to_stderr():  # HiGHS prints a banner on stdout even when told not to
+        with _native_stdout_discarded():  # HiGHS prints a banner even when told not to
             prob.solve(_solver(backend, limit))
     except pulp.PulpSolverError as exc:
         raise SolverError(f"method 'milp' ({backend}) failed: {exc}") from exc
     text = pulp.LpStatus.get(prob.status, str(prob.status))
     bound = None
     if backend == "highs" and getattr(prob, "solverModel", None) is not None:
-        info = prob.solverModel.getInfo()
+        model = prob.solverModel
+        # PuLP calls a time-limit stop with a plan "Optimal" (its solution status says
+        # feasible); HiGHS's own model status says what happened
+        text = model.modelStatusToString(model.getModelStatus())
+        info = model.getInfo()
         dual = getattr(info, "mip_dual_bound", None)
         if dual is not None and np.isfinite(dual):
             # PuLP hands HiGHS a maximisation as the minimisation of the negated objective
@@ -139,17 +144,21 @@ def _run(prob: Any, backend: str, limit: float) -> tuple[int, float | None, str]
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Any:
-    """Send file descriptor 1 to stderr for the duration (native libraries write there)."""
+def _native_stdout_discarded() -> Any:
+    """Point file descriptor 1 at the null device for the duration: native libraries write
+    there (HiGHS's banner, with ``msg=False`` too), which would corrupt a ``--json`` document
+    on stdout and break ``--quiet``'s silence on stderr. Their errors reach tsched as PuLP's
+    exceptions and statuses, not as text."""
     sys.stdout.flush()
     saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(2, 1)
+        os.dup2(null, 1)
         yield
     finally:
-        sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(null)
 
 
 def _hierarchical(
@@ -197,7 +206,7 @@ def _hierarchical(
     if known is not None and savings:
         prob += total <= constant - known + 1e-9 * max(1.0, abs(constant))
     sol_status, dual, text = _run(prob, backend, limit)
-    stats: dict[str, Any] = {"model": "hierarchical", "backend": backend, "pulp_status": text}
+    stats: dict[str, Any] = {"model": "hierarchical", "backend": backend, "solver_status": text}
     if sol_status not in (1, 2):
         return SolverOutput(
             assignment_from_nodes(problem, view, hint_nodes),
@@ -252,7 +261,7 @@ def _flat(problem: PlacementProblem, hint: np.ndarray, limit: float, backend: st
             terms += [float(cost[k, l]) * v for (k, l), v in y.items() if cost[k, l]]
     prob += pulp.lpSum(terms)
     sol_status, dual, text = _run(prob, backend, limit)
-    stats = {"model": "flat", "backend": backend, "pulp_status": text}
+    stats = {"model": "flat", "backend": backend, "solver_status": text}
     if sol_status not in (1, 2):
         return SolverOutput(
             hint, message=f"milp ({backend}): {text}; returning the start", stats=stats
