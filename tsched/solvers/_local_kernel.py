@@ -160,11 +160,11 @@ def _redo_sym(f, p, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cov
     term holds only for pairs apart from both exchanged facilities), for symmetric f and d
     with zero diagonals; pairs of two dummies (from ``nq`` on) are never moves. Each is
     :func:`swap_delta` on row-contiguous data: the two sums of Taillard's formula are equal, so
-    one runs over every real q and is doubled. One pass over
-    the rows of f and p sums for u and for v at once (half the memory traffic of a pass each),
-    into the scratch vectors ``acc_u`` and ``acc_v``; the pairs are written in a second loop:
-    a function called in the summing loop, even inlined, keeps LLVM from vectorising it, and
-    a call per pair costs more than its sum."""
+    one runs over every real q and is doubled. One pass over the rows of f and p sums for u
+    and for v at once (half the memory traffic of a pass each), into the scratch vectors
+    ``acc_u`` and ``acc_v``; the pairs are written in a second loop: a function called in the
+    summing loop, even inlined, keeps LLVM from vectorising it, and a call per pair costs more
+    than its sum."""
     k = perm.shape[0]
     fu, pu, fv, pv = f[u], p[u], f[v], p[v]
     top_u = k if u < nq else nq  # a dummy pairs with real facilities only

@@ -156,6 +156,7 @@ def _native_stdout_discarded() -> Any:
         os.dup2(null, 1)
         yield
     finally:
+        sys.stdout.flush()  # what Python wrote meanwhile goes where the native writes went
         os.dup2(saved, 1)
         os.close(saved)
         os.close(null)
