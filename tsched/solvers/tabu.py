@@ -278,7 +278,7 @@ def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndar
 
     # one BLAS thread while the searches run: each chunk's delta matrix is a few small matrix
     # products, after which OpenBLAS's workers spin on the cores the other searches need (at
-    # k = 100 on two cores: 9 ms a delta matrix instead of 1, and a third fewer moves)
+    # k = 100 on two cores: 9 ms a delta matrix instead of 1, and a quarter fewer moves)
     with threadpool_limits(limits=1, user_api="blas"):
         with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
             return list(pool.map(lambda job: run_chunks(*job), jobs))
