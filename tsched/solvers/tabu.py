@@ -274,14 +274,18 @@ def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndar
     results in job order, so a fixed iteration budget repeats whatever the scheduling."""
     if threads == 1 or len(jobs) == 1:
         return [run_chunks(*job) for job in jobs]
+    with one_blas_thread(), ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+        return list(pool.map(lambda job: run_chunks(*job), jobs))
+
+
+def one_blas_thread() -> Any:
+    """A context in which BLAS runs one thread, its own count restored on exit. The searches
+    side by side run in it: each chunk's delta matrix is a few small matrix products, after
+    which OpenBLAS's workers spin on the cores the other searches need
+    (``benchmarks/results/tabu_threads.md`` measures the moves this gives back)."""
     from threadpoolctl import threadpool_limits  # 30 ms to import: only when searches share
 
-    # one BLAS thread while the searches run: each chunk's delta matrix is a few small matrix
-    # products, after which OpenBLAS's workers spin on the cores the other searches need (at
-    # k = 100 on two cores: 9 ms a delta matrix instead of 1, and a quarter fewer moves)
-    with threadpool_limits(limits=1, user_api="blas"):
-        with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
-            return list(pool.map(lambda job: run_chunks(*job), jobs))
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 #: Tenure ranges, as fractions of the location count k, of the searches side by side (thread j
