@@ -14,9 +14,9 @@ with ``P0="randomized"``, best of 10 seeds, timed as a whole.
 Tabu runs its default two threads side by side (``tsched.solvers.tabu.THREADS``), each with its
 own tenure range (``TENURES``); ``--tenure lo,hi`` gives every thread the range
 (lo·n, hi·n) instead, the ablation of that portfolio. ``--option key=value`` passes a tabu
-option (``chunk``, ``jumps``: the ablation of the restarts). With several ``--seeds`` each
-instance runs once per seed: a cell holds the mean gap over the seeds, and the summary counts
-hits and losses to FAQ per run.
+option (``chunk``, ``jumps``: the ablation of the restarts; ``cross=0``: of the crossovers).
+With several ``--seeds`` each instance runs once per seed: a cell holds the mean gap over the
+seeds, and the summary counts hits and losses to FAQ per run.
 """
 
 from __future__ import annotations

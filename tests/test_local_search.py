@@ -485,3 +485,99 @@ def test_searches_side_by_side_run_with_one_blas_thread(monkeypatch) -> None:
         out = tabu_module._in_threads([(1,), (2,)], 2)
         assert [o[1] for o in out] == [1.0, 2.0] and seen == [{1}, {1}]
         assert blas() == before
+
+
+@given(st.integers(0, 2**31), st.integers(2, 12), st.integers(0, 4))
+@settings(max_examples=80, deadline=None)
+def test_crossover_keeps_what_the_parents_share(seed, n, dummies) -> None:
+    """A child is a permutation; a real facility placed alike in both parents keeps its place;
+    twins breed a twin, and parents one exchange apart a copy of one of them."""
+    from tsched.solvers.tabu import crossover
+
+    k = n + dummies
+    rng = np.random.default_rng(seed)
+    a = rng.permutation(k).astype(np.int64)
+    b = a.copy()
+    moved = rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)
+    b[moved] = a[rng.permutation(moved)]  # b: a with some real facilities' locations shuffled
+    child = crossover(a, b, n, rng)
+    assert sorted(child.tolist()) == list(range(k))
+    same = a[:n] == b[:n]
+    assert np.array_equal(child[:n][same], a[:n][same])
+    assert np.array_equal(crossover(a, a.copy(), n, rng)[:n], a[:n])
+    r, s = rng.choice(n, size=2, replace=False)
+    b = a.copy()
+    b[[r, s]] = b[[s, r]]  # one exchange apart: the child is one of the two
+    child = crossover(a, b, n, rng)[:n]
+    assert np.array_equal(child, a[:n]) or np.array_equal(child, b[:n])
+
+
+def test_the_elite_pool_keeps_the_best_distinct_plans() -> None:
+    from tsched.solvers.tabu import Elite
+
+    rng = np.random.default_rng(0)
+    pool = Elite(2, n_real=3)
+    assert pool.parents(rng) is None
+    pool.offer(np.array([0, 1, 2, 3, 4]), 10.0)
+    pool.offer(np.array([0, 1, 2, 4, 3]), 9.0)  # the same plan: only dummies differ
+    assert pool.parents(rng) is None
+    pool.offer(np.array([1, 0, 2, 3, 4]), 8.0)
+    pool.offer(np.array([2, 1, 0, 3, 4]), 12.0)  # worse than both kept: not taken
+    assert sorted(v for v, _ in pool.plans) == [8.0, 10.0]
+    pool.offer(np.array([2, 0, 1, 3, 4]), 9.5)  # replaces the worst
+    assert sorted(v for v, _ in pool.plans) == [8.0, 9.5]
+    a, b = pool.parents(rng)
+    assert not np.array_equal(a[:3], b[:3])
+
+
+@pytest.mark.parametrize("cross", [0.0, 1.0])
+def test_chunks_without_gain_start_from_a_crossover_when_asked(monkeypatch, cross) -> None:
+    """With ``cross`` = 1 every chunk without gain, once two plans are kept, starts from a
+    child of two of the chunks' results; with 0 none does (jumps from the best instead)."""
+    import tsched.solvers.tabu as tabu_module
+
+    k = 16
+    problem = PlacementProblem.from_qap(*random_case(5, k, k, symmetric=True)[:2])
+    sub = tabu_module.subproblem(problem, np.arange(k), np.arange(0))
+    rng = np.random.default_rng(1)
+    results: list[np.ndarray] = []
+    begins: list[np.ndarray] = []
+    children: list[np.ndarray] = []
+    real = tabu_module.crossover
+
+    def recorded(a, b, n_real, generator):
+        assert any(np.array_equal(a, r) for r in results)
+        assert any(np.array_equal(b, r) for r in results)
+        children.append(real(a, b, n_real, generator))
+        return children[-1]
+
+    def step(begin, budget, chunk_seed):
+        begins.append(begin.copy())
+        results.append(rng.permutation(k).astype(np.int64))
+        return results[-1], 100.0 + len(results), 1  # the first chunk's result stays the best
+
+    monkeypatch.setattr(tabu_module, "crossover", recorded)
+    tabu_module.run_chunks(sub, step, 60.0, 12, 0, -np.inf, None, None, 20, (0.125, 0.5), cross)
+    assert len(begins) == 12
+    if cross:
+        assert len(children) == 11  # after the second chunk on: two results kept by then
+        assert all(np.array_equal(b, c) for b, c in zip(begins[2:], children[:10], strict=True))
+    else:
+        assert children == []
+
+
+def test_cross_option_is_checked() -> None:
+    from tsched.errors import InputError
+    from tsched.solvers.tabu import CROSS, _cross
+
+    assert _cross(None, 3) == [CROSS[0], CROSS[1], CROSS[0]]
+    assert _cross("0.5", 2) == [0.5, 0.5]
+    assert _cross("0,1", 3) == [0.0, 1.0, 0.0]
+    inst = read_dat(QAPLIB / "instances" / "nug12.dat")
+    for bad in ("2", "x", "0.5,-1", ""):
+        with pytest.raises(InputError, match=rf"option cross='{bad}' must be fractions 0\.\.1"):
+            tsched.solve_qap(inst.flow, inst.distance, method="tabu", options={"cross": bad})
+    r = tsched.solve_qap(
+        inst.flow, inst.distance, method="tabu", time_limit=1, options={"cross": "1"}
+    )
+    assert r.objective == 578
