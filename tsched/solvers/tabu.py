@@ -381,13 +381,13 @@ RESTARTS = ((CHUNK_CAP, PERTURB), (20, (0.125, 0.5)))
 #: Each thread's share of the chunks without gain that start from a :func:`crossover` of two of
 #: the thread's best plans (:class:`Elite`) instead of a jump from the best: a memetic layer on
 #: the iterated thread, after Benlic and Hao's memetic search (2015). A child of two distant
-#: good plans starts a chunk in a new basin that keeps what they share. It helps where the
-#: search stalls in one basin for long: tai100a at 30 s is 0.528 % above its best known value
-#: with it and 0.615 % without (mean of seeds 0-5, ``benchmarks/results/qaplib-taia-30.md``
-#: and ``qaplib-taia-30-nocross.md``). It is no general gain: tai50a and tai80a lose (0.496
-#: against 0.433 %, 0.695 against 0.683 %), and over the 18 runs the means are equal (0.573
-#: and 0.577 %). Taillard's thread, whose long chunks give few plans to breed from, keeps its
-#: jumps.
+#: good plans starts a chunk in a new basin that keeps what they share. Kept for tai100a,
+#: where the search stalls in one basin longest: at 30 s it is 0.528 % above its best known
+#: value with crossovers and 0.615 % without (mean of seeds 0-5, one run each, no interval:
+#: ``benchmarks/results/qaplib-taia-30.md`` and ``qaplib-taia-30-nocross.md``). It is no
+#: general gain: tai50a and tai80a do worse (0.496 against 0.433 %, 0.695 against 0.683 %), and
+#: over the 18 runs the means are equal (0.573 and 0.577 %). Taillard's thread keeps its jumps;
+#: crossovers there are untried (its long chunks would give few plans to breed from).
 CROSS = (0.0, 0.5)
 
 
