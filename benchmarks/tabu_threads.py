@@ -1,14 +1,18 @@
-"""Tabu's two searches side by side, with and without one BLAS thread while they run.
+"""Tabu's moves a second, with and without one of its speed-ups: one BLAS thread while its two
+searches run (``--ablation blas``), or int32 tables for integer instances (``--ablation tables``).
 
 Each chunk of a search starts from a delta matrix made of a few small matrix products
 (``tsched.solvers.tabu.dense_delta_matrix``); OpenBLAS's worker threads then spin on the cores
 the other search needs. ``tabu`` runs its threads under
 ``tsched.solvers.tabu.one_blas_thread``; the ablation replaces it by a context that changes
-nothing. The two settings alternate run by run on each instance (same seed, same time limit),
-so the machine's drift falls on both; the table gives the median moves of each and the median
-of the per-pair ratios.
+nothing. With ``--ablation tables`` the kernel's tables are float64 however the data look
+(``tsched.solvers.tabu.kernel_dtype`` replaced), against int32 where integers fit; the moves
+are the same ones, only their pace differs. The two settings alternate run by run on each
+instance (same seed, same time limit), so the machine's drift falls on both; the table gives the
+median moves of each and the median of the per-pair ratios.
 
-    python -m benchmarks.tabu_threads [--only tai100a,sko100a] [--limit 5] [--repeats 3]
+    python -m benchmarks.tabu_threads [--ablation blas|tables] [--only tai100a,sko100a]
+        [--limit 5] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+from collections.abc import Iterator
+
+import numpy as np
 
 import tsched
 import tsched.solvers.tabu as tabu_module
@@ -23,34 +30,53 @@ from benchmarks._common import ROOT, machine, markdown_table, write_result
 from tsched.formats.qaplib import read_dat
 
 QAPLIB = ROOT / "tests" / "data" / "qaplib" / "instances"
-INSTANCES = "tai100a,sko100a,tai100b,wil100"
+#: Instances of each ablation by default (integer ones that fit int32 for ``tables``).
+INSTANCES = {
+    "blas": "tai100a,sko100a,tai100b,wil100",
+    "tables": "tai100a,sko100a,wil100,lipa90a,sko72,tai50a,sko56",
+}
+#: What each ablation measures: title, then the setting without the speed-up and with it.
+WORDS = {
+    "blas": ("BLAS threads", "BLAS as configured", "one BLAS thread"),
+    "tables": ("int32 tables", "float64 tables", "int32 tables where integers fit"),
+}
 
 
-def run(name: str, limit: float, one_thread: bool) -> tuple[int, float]:
-    """(moves, objective) of one tabu run on a QAPLIB instance."""
-    inst = read_dat(QAPLIB / f"{name}.dat")
-    keep = tabu_module.one_blas_thread
-    if not one_thread:
-        tabu_module.one_blas_thread = contextlib.nullcontext
+@contextlib.contextmanager
+def without(ablation: str) -> Iterator[None]:
+    """The speed-up ``ablation`` names switched off for the duration."""
+    name = "one_blas_thread" if ablation == "blas" else "kernel_dtype"
+    keep = getattr(tabu_module, name)
+    off = contextlib.nullcontext if ablation == "blas" else (lambda *_: np.float64)
+    setattr(tabu_module, name, off)
     try:
-        out = tsched.solve_qap(inst.flow, inst.distance, method="tabu", time_limit=limit, seed=0)
+        yield
     finally:
-        tabu_module.one_blas_thread = keep
+        setattr(tabu_module, name, keep)
+
+
+def run(name: str, limit: float, ablation: str, on: bool) -> tuple[int, float]:
+    """(moves, objective) of one tabu run on a QAPLIB instance, the speed-up on or off."""
+    inst = read_dat(QAPLIB / f"{name}.dat")
+    with contextlib.nullcontext() if on else without(ablation):
+        out = tsched.solve_qap(inst.flow, inst.distance, method="tabu", time_limit=limit, seed=0)
     return int(out.iterations), float(out.objective)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=INSTANCES, help="QAPLIB instances, comma-separated")
+    parser.add_argument("--ablation", choices=sorted(INSTANCES), default="blas")
+    parser.add_argument("--only", help="QAPLIB instances, comma-separated (default: per ablation)")
     parser.add_argument("--limit", type=float, default=5.0, help="tabu time limit, seconds")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each setting")
     args = parser.parse_args(argv)
+    title, off, on = WORDS[args.ablation]
     rows = []
-    for name in args.only.split(","):
+    for name in (args.only or INSTANCES[args.ablation]).split(","):
         moves: dict[bool, list[int]] = {True: [], False: []}
         for _ in range(args.repeats):
-            for one_thread in (True, False):  # alternating: drift falls on both
-                moves[one_thread].append(run(name, args.limit, one_thread)[0])
+            for state in (True, False):  # alternating: drift falls on both
+                moves[state].append(run(name, args.limit, args.ablation, state)[0])
         ratios = [a / b for a, b in zip(moves[True], moves[False], strict=True)]
         rows.append(
             [
@@ -63,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.tabu_threads " + " ".join(argv or [])
     text = "\n".join(
         [
-            "# Tabu's searches side by side: BLAS threads",
+            f"# Tabu's searches side by side: {title}",
             "",
             f"Machine: {machine()}",
             "",
@@ -73,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             markdown_table(
                 [
                     "instance",
-                    "moves, BLAS as configured (median)",
-                    "moves, one BLAS thread (median)",
+                    f"moves, {off} (median)",
+                    f"moves, {on} (median)",
                     "ratio, median of pairs (range)",
                 ],
                 rows,
@@ -83,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(text)
-    write_result("tabu_threads", text)
+    write_result("tabu_threads" if args.ablation == "blas" else "tabu_tables", text)
     return 0
 
 

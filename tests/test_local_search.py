@@ -351,6 +351,68 @@ def test_symmetric_kernel_follows_the_general_one() -> None:
     assert runs[0][1] == runs[1][1] == kernel.cost(f, d, lin, runs[0][0])
 
 
+@given(st.integers(0, 2**31), st.integers(2, 9), st.integers(0, 3), st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_integer_tables_make_the_float_kernels_moves(seed, n, dummies, sym) -> None:
+    """On integer data whose deltas fit, the int32 kernel's every delta is exact: from the same
+    start and seed it makes the moves of the float64 kernel (plan, value and move count), with
+    flows and distances scaled up to where the delta bound nears its limit."""
+    from tsched.solvers.tabu import INT_DELTA_MAX, dense_delta_matrix, kernel_dtype, symmetric
+
+    k = n + dummies
+    f, d, lin = random_case(seed, n, k, symmetric=sym)
+    rng = np.random.default_rng(seed + 9)
+    big = np.sqrt(0.9 * INT_DELTA_MAX / (8 * (k + 6) * 64))  # F·D near the bound's limit
+    f, d = f * int(big * rng.uniform(0.5, 1.0)), d * int(big * rng.uniform(0.5, 1.0))
+    assert kernel_dtype(f, d, lin) is (np.int32 if kernel.HAVE_NUMBA else np.float64)
+    assert symmetric(f, d) == sym
+    perm = rng.permutation(k).astype(np.int64)
+    delta = dense_delta_matrix(f, d, lin, perm, n)
+    runs = []
+    for dtype, huge in ((np.float64, kernel.HUGE), (np.int32, np.int32(2**31 - 1))):
+        f_, d_, lin_ = (x.astype(dtype) for x in (f, d, lin))
+        runs.append(
+            kernel.tabu_search(
+                f_,
+                d_,
+                lin_,
+                perm,
+                n,
+                300,
+                2,
+                4,
+                5 * k * k,
+                seed % 1000,
+                -np.inf,
+                np.rint(delta).astype(dtype),
+                sym,
+                np.zeros(1, dtype=np.int64),
+                huge,
+            )  # fmt: skip
+        )
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1] == kernel.cost(f, d, lin, runs[0][0])
+    assert runs[0][2] == runs[1][2]
+
+
+@pytest.mark.skipif(not kernel.HAVE_NUMBA, reason="without numba the tables are float64")
+def test_the_kernel_tables_are_int32_only_for_integers_that_fit() -> None:
+    from tsched.solvers.tabu import kernel_dtype
+
+    inst = read_dat(QAPLIB / "instances" / "nug12.dat")
+    f, d = inst.flow.astype(float), inst.distance.astype(float)
+    zero = np.zeros_like(f)
+    assert kernel_dtype(f, d, zero) is np.int32
+    assert kernel_dtype(f * 0.5, d, zero) is np.float64  # fractions
+    assert kernel_dtype(f, d, zero + 0.25) is np.float64  # a fractional linear cost
+    assert kernel_dtype(f * 10**4, d * 10**3, zero) is np.float64  # deltas may not fit
+    assert kernel_dtype(f, d, zero + 2**29) is np.float64  # nor with this linear cost
+    result = tsched.solve_qap(inst.flow, inst.distance, method="tabu", options={"iterations": 99})
+    assert result.stats["tables"] == "int32"
+    half = tsched.solve_qap(f * 0.5, d, method="tabu", options={"iterations": 99})
+    assert half.stats["tables"] == "float64"
+
+
 def test_threads_option_is_checked() -> None:
     from tsched.errors import InputError
 

@@ -308,6 +308,34 @@ def dense_delta_matrix(
     return np.ascontiguousarray(delta)
 
 
+#: Largest bound on a delta (and on every partial sum the kernel keeps) for the int32 kernel:
+#: half of int32's range, so that its "none yet" (2**31 − 1) stays above every delta.
+INT_DELTA_MAX = 2**30
+
+
+def kernel_dtype(f: np.ndarray, d: np.ndarray, lin: np.ndarray) -> type:
+    """The type of the tabu kernel's tables for this sub-problem: ``np.int32`` when flows,
+    distances and linear costs are all integers small enough that every value the kernel keeps
+    fits (about half the time a move, and exact, so the very moves of float64), else
+    ``np.float64``; always float64 without numba.
+
+    With F, D and L the largest magnitudes in ``f``, ``d`` and ``lin`` and k locations, an
+    exchange's delta is a sum over k facilities of two terms of at most 2F·2D each, plus the
+    direct term (4FD) and four linear costs; the kernel's partial sums, the vectors of its
+    update and each update's step (at most 2·4F·4D) stay below the same 8(k + 6)FD + 4L. Sums
+    are promoted to int64 before they are stored, so no intermediate wraps either.
+    """
+    if not _kernel().HAVE_NUMBA:
+        return np.float64
+    parts = (f, d, lin)
+    if not all(np.array_equal(x, np.rint(x)) for x in parts):
+        return np.float64
+    big_f, big_d, big_l = (float(np.abs(x).max(initial=0.0)) for x in parts)
+    k = len(f)
+    bound = 8.0 * (k + 6) * big_f * big_d + 4.0 * big_l
+    return np.int32 if bound < INT_DELTA_MAX else np.float64
+
+
 def symmetric(f: np.ndarray, d: np.ndarray) -> bool:
     """Whether flow and distance are both symmetric with zero diagonals, so the kernel may
     use the halved exchange formulas (every cluster problem, most QAPLIB instances)."""
@@ -523,12 +551,19 @@ def tabu(
     iterations = int(options.get("iterations", 200 * k if time_limit is None else 10**12))
     sym = symmetric(sub.flow, sub.dist)
     halt = np.zeros(1, dtype=np.int64)  # set by the search that reaches the target
+    dtype = kernel_dtype(sub.flow, sub.dist, sub.linear)
+    f, d, lin = (np.ascontiguousarray(x, dtype=dtype) for x in (sub.flow, sub.dist, sub.linear))
+    huge = np.int32(2**31 - 1) if dtype is np.int32 else _kernel().HUGE
+
+    def deltas(perm: np.ndarray) -> np.ndarray:
+        out = dense_delta_matrix(sub.flow, sub.dist, sub.linear, perm, sub.n_real)
+        return out if dtype is np.float64 else np.rint(out).astype(dtype)
 
     def stepper(lo: int, hi: int) -> Any:
         return lambda perm, budget, chunk_seed: _kernel().tabu_search(
-            sub.flow,
-            sub.dist,
-            sub.linear,
+            f,
+            d,
+            lin,
             perm,
             sub.n_real,
             budget,
@@ -537,9 +572,10 @@ def tabu(
             5 * k * k,
             chunk_seed % (2**31),
             target,
-            dense_delta_matrix(sub.flow, sub.dist, sub.linear, perm, sub.n_real),
+            deltas(perm),
             sym,
             halt,
+            huge,
         )
 
     # the search jobs: each start in its own thread(s), then every thread from the better
@@ -601,5 +637,9 @@ def tabu(
         sub.assignment(perm),
         iterations=moves,
         message=f"tabu: {moves} moves over {k} locations{note}",
-        stats={"locations": k, "kernel": "numba" if _kernel().HAVE_NUMBA else "python"},
+        stats={
+            "locations": k,
+            "kernel": "numba" if _kernel().HAVE_NUMBA else "python",
+            "tables": np.dtype(dtype).name,
+        },
     )
