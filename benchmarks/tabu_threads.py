@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+import sys
 from collections.abc import Iterator
 
 import numpy as np
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f})",
             ]
         )
-    command = "python -m benchmarks.tabu_threads " + " ".join(argv or [])
+    given = sys.argv[1:] if argv is None else argv
+    command = "python -m benchmarks.tabu_threads " + " ".join(given)
     text = "\n".join(
         [
             f"# Tabu's searches side by side: {title}",

@@ -14,8 +14,9 @@ short range, short chunks and jumps that grow with each chunk without gain, or, 
 chunks without gain, a crossover of two of its best plans (:data:`CROSS`, a memetic layer). The
 better plan is kept, and the one that reaches the bound stops the other.
 
-Compiled with numba when installed; ``_local_kernel`` runs as plain Python otherwise. Not exact:
-``optimal`` only when the bound meets the result.
+Compiled with numba when installed; ``_local_kernel`` runs as plain Python otherwise. On integer
+data whose deltas fit, the kernel's tables are int32 (:func:`kernel_dtype`): the same moves,
+exactly, at a faster pace. Not exact: ``optimal`` only when the bound meets the result.
 """
 
 from __future__ import annotations
