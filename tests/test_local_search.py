@@ -388,7 +388,7 @@ def test_integer_tables_make_the_float_kernels_moves(seed, n, dummies, sym) -> N
                 sym,
                 np.zeros(1, dtype=np.int64),
                 huge,
-            )  # fmt: skip
+            )
         )
     assert np.array_equal(runs[0][0], runs[1][0])
     assert runs[0][1] == runs[1][1] == kernel.cost(f, d, lin, runs[0][0])

@@ -119,9 +119,8 @@ def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no co
 
     Only the upper triangle is kept current; the loop runs over whole rows and leaves scratch
     below the diagonal, which nothing reads. Rows of one length vectorise without the per-row
-    remainder and set-up of the triangle's shorter rows: at k = 100 the int32 loop takes 1.5 µs
-    a move over whole rows against 2.1 µs over the triangle's (the float64 one 2.6 against
-    2.5 µs), and at k = 40 0.3 against 0.6 µs."""
+    remainder and set-up of the triangle's shorter rows, which cost more than the extra half of
+    the arithmetic with int32 tables, and about as much with float64 ones at k = 100."""
     k = perm.shape[0]
     nq = min(k, n_real)
     a = ft[u] - ft[v]  # a[x] = f[x,u] − f[x,v]
@@ -347,9 +346,10 @@ def tabu_search(
 
     The tables take the type of ``f``, ``d``, ``lin`` and ``delta``: float64, or int32 for
     integer data whose deltas fit (:func:`tsched.solvers.tabu.kernel_dtype`), where a move costs
-    about half as much (twice the lanes a vector instruction, half the memory traffic) and every
-    delta is exact, so the moves are those of the float64 kernel. ``huge`` must then be
-    larger than any delta and of their type (:data:`HUGE` for floats).
+    less (twice the lanes a vector instruction, half the memory traffic; 1.1–1.4 times the
+    moves at k = 50–100 in ``benchmarks/results/tabu_tables.md``) and every delta is exact, so
+    the moves are those of the float64 kernel. ``huge`` must then be larger than any delta and
+    of their type (:data:`HUGE` for floats).
 
     Per move: the choice reads two k×k tables row by row (deltas and, per pair, the earlier of
     the two tabu times), and the update is O(1) per untouched pair and O(k) for the 2k pairs of

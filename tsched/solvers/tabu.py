@@ -317,14 +317,15 @@ INT_DELTA_MAX = 2**30
 def kernel_dtype(f: np.ndarray, d: np.ndarray, lin: np.ndarray) -> type:
     """The type of the tabu kernel's tables for this sub-problem: ``np.int32`` when flows,
     distances and linear costs are all integers small enough that every value the kernel keeps
-    fits (about half the time a move, and exact, so the very moves of float64), else
-    ``np.float64``; always float64 without numba.
+    fits (faster, and exact, so the very moves of float64), else ``np.float64``; always float64
+    without numba.
 
     With F, D and L the largest magnitudes in ``f``, ``d`` and ``lin`` and k locations, an
     exchange's delta is a sum over k facilities of two terms of at most 2F·2D each, plus the
     direct term (4FD) and four linear costs; the kernel's partial sums, the vectors of its
     update and each update's step (at most 2·4F·4D) stay below the same 8(k + 6)FD + 4L. Sums
-    are promoted to int64 before they are stored, so no intermediate wraps either.
+    are promoted to int64 before they are stored, so no intermediate wraps either (only the
+    scratch below the delta matrix's diagonal may, which nothing reads).
     """
     if not _kernel().HAVE_NUMBA:
         return np.float64
