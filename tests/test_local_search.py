@@ -369,7 +369,7 @@ def test_integer_tables_make_the_float_kernels_moves(seed, n, dummies, sym) -> N
     perm = rng.permutation(k).astype(np.int64)
     delta = dense_delta_matrix(f, d, lin, perm, n)
     runs = []
-    for dtype, huge in ((np.float64, kernel.HUGE), (np.int32, np.int32(2**31 - 1))):
+    for dtype, huge in ((np.float64, kernel.HUGE), (np.int32, kernel.INT_HUGE)):
         f_, d_, lin_ = (x.astype(dtype) for x in (f, d, lin))
         runs.append(
             kernel.tabu_search(

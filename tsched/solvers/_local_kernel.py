@@ -99,6 +99,8 @@ def _update(f, d, lin, perm, delta, u, v, n_real):  # pragma: no cover - compile
 FAST = True
 #: Larger than any delta: the scan's "none yet".
 HUGE = 1e300
+#: The same for int32 tables (whose deltas stay below half of it: ``tabu.INT_DELTA_MAX``).
+INT_HUGE = np.int32(2**31 - 1)
 
 
 @njit(cache=True)
@@ -118,9 +120,9 @@ def _update_rows(f, ft, p, pt, lin, perm, delta, u, v, n_real):  # pragma: no co
     exchange); facilities from ``n_real`` on are dummies.
 
     Only the upper triangle is kept current; the loop runs over whole rows and leaves scratch
-    below the diagonal, which nothing reads. Rows of one length vectorise without the per-row
-    remainder and set-up of the triangle's shorter rows, which cost more than the extra half of
-    the arithmetic with int32 tables, and about as much with float64 ones at k = 100."""
+    below the diagonal, which nothing reads: rows of one length vectorise without the per-row
+    remainder and set-up of the triangle's shorter rows, at the price of the lower half's
+    arithmetic."""
     k = perm.shape[0]
     nq = min(k, n_real)
     a = ft[u] - ft[v]  # a[x] = f[x,u] − f[x,v]
@@ -349,7 +351,7 @@ def tabu_search(
     less (twice the lanes a vector instruction, half the memory traffic; 1.1–1.4 times the
     moves at k = 50–100 in ``benchmarks/results/tabu_tables.md``) and every delta is exact, so
     the moves are those of the float64 kernel. ``huge`` must then be larger than any delta and
-    of their type (:data:`HUGE` for floats).
+    of their type (:data:`HUGE` for floats, :data:`INT_HUGE` for int32).
 
     Per move: the choice reads two k×k tables row by row (deltas and, per pair, the earlier of
     the two tabu times), and the update is O(1) per untouched pair and O(k) for the 2k pairs of
