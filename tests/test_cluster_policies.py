@@ -159,12 +159,17 @@ def test_fgd_waits_for_a_compact_placement_when_the_wait_costs_less_than_the_spl
     assert got is not None and not is_compact(c, got)
     # the job has already waited 45 s of its 50: it waits no longer
     assert rule(100.0, wait=10.0, waited=45.0) is not None
-    # a split that fills long-lived holes can outscore a whole node on fragments alone; when
-    # the split would cost the job time and a compact placement is free now, the job gets it
-    v = view(c, BUSY, shapes={4: 1.0}, hold=np.array([1000.0, 1000.0, 0.0, 0.0]),
+    # a split that fills lasting holes can outscore a compact placement on fragments alone:
+    # n0 and n1 have 3 free, n2 has 2, n3 none, all busy for long; only 2-GPU jobs expected.
+    # One GPU from each of n0 and n1 leaves them even (100 s x 2 fragments fewer) for 50 s of
+    # the job's own; a node of its own changes no fragment. When the split would cost the job
+    # time and a compact placement is free now, the job gets the compact one.
+    v = view(c, [0, 4, 8, 9, 12, 13, 14, 15], shapes={2: 1.0},
+             hold=np.array([1000.0, 1000.0, 1000.0, 0.0]),
              slowdown=lambda g: 1.0 if is_compact(c, g) else 1.5, duration=100.0)  # fmt: skip
-    assert not is_compact(c, place("fgd", v, 4))  # without a wait estimate: the split
-    got = place("fgd", replace(v, wait=lambda n: 0.0), 4)
+    got = place("fgd", v, 2)  # without a wait estimate: the split
+    assert sorted(c.gpu_node[got].tolist()) == [0, 1]
+    got = place("fgd", replace(v, wait=lambda n: 0.0), 2)
     assert got is not None and is_compact(c, got)
     # under compact admission there is no split to weigh: it simply waits
     v = view(c, busy, "compact", duration=100.0, wait=lambda n: 1e9)

@@ -101,6 +101,7 @@ class View:
     wait: Callable[[int], float] | None = None
     waited: float = 0.0
     margin: float = 0.0
+    releases: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def size(self) -> np.ndarray:
@@ -415,15 +416,33 @@ class Fgd:
             int(g): fragmentation(np.arange(int(g) + 1), int(g), shapes) for g in np.unique(size)
         }
 
-        def frag(free: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-            out = np.empty(len(nodes))
-            for g, table in tables.items():
-                m = size[nodes] == g
-                out[m] = table[free[m]]
-            return out
-
         hold = view.hold if view.hold is not None else np.ones(c.n_nodes)
         d = view.duration if view.duration is not None else 1.0
+        if view.releases is not None:
+            rel_t, rel_g = view.releases
+        else:  # every busy GPU of a node comes back when its last job ends
+            rel_t, rel_g = hold[:, None], (size - f)[:, None]
+
+        def frag_seconds(nodes: np.ndarray, took: np.ndarray | int) -> np.ndarray:
+            """Fragment-seconds the job adds to each of ``nodes`` by taking ``took`` GPUs there
+            for ``d`` seconds: ∫₀^d F(free(t) − took) − F(free(t)) dt, ``free(t)`` growing as
+            the node's running jobs end."""
+            level = f[nodes, None] + np.concatenate(
+                [np.zeros((len(nodes), 1)), np.cumsum(rel_g[nodes], axis=1)], axis=1
+            )
+            level = np.minimum(level, size[nodes, None]).astype(np.int64)
+            edges = np.minimum(rel_t[nodes], d)
+            begin = np.concatenate([np.zeros((len(nodes), 1)), edges], axis=1)
+            end = np.concatenate([edges, np.full((len(nodes), 1), d)], axis=1)
+            took = np.broadcast_to(np.asarray(took), (len(nodes),))[:, None]
+            out = np.zeros(len(nodes))
+            for g, table in tables.items():
+                m = size[nodes] == g
+                if m.any():
+                    gain = table[level[m] - took[m]] - table[level[m]]
+                    out[m] = np.sum(gain * (end[m] - begin[m]), axis=1)
+            return out
+
         doms = _domains(view)
         leaf = doms[0] if doms else np.zeros(c.n_nodes, dtype=np.int64)
         leaf_free = np.bincount(leaf, weights=f)
@@ -432,8 +451,7 @@ class Fgd:
 
         def score(gpus: np.ndarray) -> tuple[float, float, float, np.ndarray]:
             nodes, took = np.unique(c.gpu_node[gpus], return_counts=True)
-            h = hold[nodes]
-            delta = frag(f[nodes] - took, nodes) * np.maximum(h, d) - frag(f[nodes], nodes) * h
+            delta = frag_seconds(nodes, took)
             s = view.slowdown(gpus) if view.slowdown is not None else 1.0
             # a speed-up within the job model's error is not acted on
             own = 0.0 if 1.0 - view.margin < s < 1.0 else n * d * (s - 1.0)
@@ -447,8 +465,7 @@ class Fgd:
         if n <= gmax:
             ok = np.flatnonzero(f >= n)
             if len(ok):
-                h = hold[ok]
-                delta = weight * (frag(f[ok] - n, ok) * np.maximum(h, d) - frag(f[ok], ok) * h)
+                delta = weight * frag_seconds(ok, n)
                 # ΔF·time, then fullest node, then fullest leaf, then index
                 order = np.lexsort((ok, leaf_free[leaf[ok]], f[ok], np.round(delta, 6)))
                 best = ok[order[0]]

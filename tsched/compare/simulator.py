@@ -299,6 +299,16 @@ class _Job:
     node_counts: list[tuple[int, int]] = field(default_factory=list)  # of the current run
 
 
+def _tally(table: dict[int, list[float]], size: int, jobs: int, rt: float, loss: float) -> None:
+    """Adds to ``table[size]``'s [jobs, Σ run time, Σ run time × loss]; drops it at no jobs."""
+    row = table.setdefault(size, [0.0, 0.0, 0.0])
+    row[0] += jobs
+    row[1] += rt
+    row[2] += loss
+    if row[0] <= 0:
+        del table[size]
+
+
 class _Usage:
     """Exact sliding-window GPU-seconds per key: piecewise-linear cumulative usage."""
 
@@ -403,8 +413,11 @@ class _Placer:
         self.shapes: Mapping[int, float] | None = None  # set by the simulation for fgd
         self.tables: dict[int, np.ndarray] | None = None
         self.hold: Callable[[], np.ndarray] | None = None  # seconds until each node is idle
+        # per node, seconds until each running job ends and the GPUs it gives back
+        self.releases: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
         self.pressure: Callable[[float, int], float] | None = None  # fgd's fragment weight
-        self.wait: Callable[[int], float] | None = None  # seconds until a compact placement
+        # seconds until a compact placement of n GPUs among those a mask leaves a job
+        self.wait: Callable[[int, np.ndarray], float] | None = None
         self.clock: Callable[[], float] | None = None
         self.deferred: dict[int, float] = {}  # job index → when fgd first held it for locality
         self._loss: dict[tuple[str, int], float] = {}
@@ -511,10 +524,11 @@ class _Placer:
             view = View(c, free, free_per_node, self.config.admission, self.rng, self.shapes,
                         lambda g: self.slowdown(app, g),
                         hold=self.hold() if fgd and self.hold else None, tables=self.tables,
+                        releases=self.releases() if fgd and self.releases else None,
                         duration=job.duration if fgd else None,
                         weight=self.pressure(job.duration, len(free_idx))
                         if fgd and self.pressure else 1.0,
-                        wait=self.wait if defers else None,
+                        wait=self._wait_within(free) if defers else None,
                         waited=now - self.deferred.get(waiter, now) if defers else 0.0,
                         margin=self.config.model_margin)  # fmt: skip
             gpus = place(self.rule, view, n)
@@ -547,6 +561,14 @@ class _Placer:
                 gpus = place("best-fit", view, n)
                 return None if gpus is None else (gpus, 0.0)
         return got
+
+    def _wait_within(self, free: np.ndarray) -> Callable[[int], float]:
+        """The wait for a compact placement as the job sees it: among the GPUs its mask leaves
+        it, not those the mask keeps for another job (``backfill``'s reservation for the head),
+        which a compact placement free only there cannot be had by this job."""
+        wait = self.wait
+        assert wait is not None
+        return lambda n: wait(n, free)
 
     def _place_one(self, free_idx: np.ndarray, free_per_node: np.ndarray) -> np.ndarray:
         c = self.cluster
@@ -689,11 +711,12 @@ def simulate(
     else:
         queue = _Waiting(lambda k: (state[k].trace.submit,))
     running_tenants: dict[str, int] = {}
-    recent: deque[tuple[int, float, float]] = deque()
-    shape_rt: dict[int, float] = {}
-    shape_n: dict[int, int] = {}
-    shape_loss: dict[int, float] = {}  # per size: Σ run time × fragment loss (history)
-    queued_loss: dict[int, list[float]] = {}  # per size: [Σ run time, Σ run time × loss]
+    # fgd's expected shapes: the last shape_window arrivals, and the jobs still waiting that
+    # arrived before them; per size [jobs, Σ run time, Σ run time × fragment loss]
+    recent: deque[tuple[int, int, float, float]] = deque()
+    window: dict[int, list[float]] = {}
+    aged: dict[int, list[float]] = {}
+    aged_jobs: set[int] = set()
     usage = _Usage()
     budgets = dict(config.budgets)
     running: set[int] = set()
@@ -711,6 +734,29 @@ def simulate(
     node_end = np.zeros(cluster.n_nodes)  # when each node's running jobs have all ended
     clock = [0.0]
     placer.hold = lambda: np.maximum(node_end - clock[0], 0.0)
+    # per node, the end of each running job (ascending; inf pads) and the GPUs it frees there
+    release_end = np.full((cluster.n_nodes, 4), np.inf)
+    release_gpus = np.zeros((cluster.n_nodes, 4), dtype=np.int64)
+
+    def release_row(node: int) -> None:
+        nonlocal release_end, release_gpus
+        ends = sorted((e, r) for r, e in on_node[node].items())
+        if len(ends) > release_end.shape[1]:  # widen the table
+            grow = len(ends) - release_end.shape[1] + 4
+            release_end = np.pad(release_end, ((0, 0), (0, grow)), constant_values=np.inf)
+            release_gpus = np.pad(release_gpus, ((0, 0), (0, grow)))
+        release_end[node] = np.inf
+        release_gpus[node] = 0
+        for i, (end, r) in enumerate(ends):
+            release_end[node, i] = end
+            release_gpus[node, i] = dict(state[r].node_counts)[node]
+
+    def releases() -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the seconds until each of its running jobs ends (ascending; ``inf``
+        pads) and the GPUs that job gives back there (0 pads)."""
+        return np.maximum(release_end - clock[0], 0.0), release_gpus
+
+    placer.releases = releases
     arrivals: deque[tuple[float, int]] = deque()
     arrived = [0]  # GPUs of the arrivals kept
 
@@ -729,29 +775,41 @@ def simulate(
 
     always_busy = np.bincount(cluster.gpu_node[cluster.busy_mask], minlength=cluster.n_nodes) > 0
 
-    def compact_wait(n: int) -> float:
+    def compact_wait(n: int, mask: np.ndarray) -> float:
         """Seconds until ``n`` GPUs are free compactly if nothing else starts: one node with
         room for a job of up to a node, else ``⌈n/G⌉`` nodes of ``G`` GPUs with all their jobs
-        ended (nodes with GPUs busy outside the replay never are). A positive finite wait is
-        always some running job's end, and fgd holds a job back only on one, so a job held back
-        for locality always has an event to wake it."""
+        ended (nodes with GPUs busy outside the replay never are). Only nodes the job may wait
+        on count: a node where ``mask`` withholds free GPUs (kept for the head job of
+        ``backfill``) is left out, since those GPUs go to the head, not to this job. A positive
+        finite wait is always some running job's end, and fgd holds a job back only on one, so a
+        job held back for locality always has an event to wake it."""
         now = clock[0]
         gmax = int(node_gpus.max())
+        withheld = np.bincount(cluster.gpu_node[free & ~mask], minlength=cluster.n_nodes) > 0
         if n > gmax:  # the fewest nodes: largest ones, whole
             k = math.ceil(n / gmax)
-            usable = ~always_busy & (node_gpus == gmax)
+            usable = ~always_busy & ~withheld & (node_gpus == gmax)
             ends = np.sort(np.maximum(node_end[usable] - now, 0.0))
             return float(ends[k - 1]) if k <= len(ends) else math.inf
+        got = room_soonest(n, set(np.flatnonzero(withheld).tolist()))
+        return math.inf if got is None else got[0]
+
+    def room_soonest(n: int, skip: set[int]) -> tuple[float, int] | None:
+        """``(seconds, node)``: the node (not in ``skip``) where ``n`` GPUs are expected free
+        soonest if nothing else starts, and when; None if no node ever has room."""
         per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
-        best = math.inf
+        best = None
         for node in np.flatnonzero(node_gpus >= n):
+            if int(node) in skip:
+                continue
             have = int(per_node[node])
             if have >= n:
-                return 0.0
+                return 0.0, int(node)
             for end, r in sorted((e, r) for r, e in on_node[node].items()):
                 have += dict(state[r].node_counts)[node]
                 if have >= n:
-                    best = min(best, end - now)
+                    if best is None or end - clock[0] < best[0]:
+                        best = (end - clock[0], int(node))
                     break
         return best
 
@@ -768,7 +826,10 @@ def simulate(
         app = placer.app(j.trace)
         _t_iter, share = placer.iteration(app, gpus)
         slowdown = placer.slowdown(app, gpus)
-        queued_change(j.index, -1.0)
+        if j.index in aged_jobs:
+            aged_jobs.discard(j.index)
+            rt = j.trace.duration
+            _tally(aged, j.trace.gpus, -1, -rt, -rt * loss_of(j))
         j.gpus = gpus
         j.started = now
         j.runtime = j.remaining * j.trace.duration * slowdown
@@ -789,6 +850,7 @@ def simulate(
         for node in nodes:
             on_node[node][j.index] = now + j.runtime
             node_end[node] = max(node_end[node], now + j.runtime)
+            release_row(node)
         running.add(j.index)
         running_tenants[j.trace.tenant] = running_tenants.get(j.trace.tenant, 0) + 1
         usage.change(tenant_key(j), now, len(gpus))
@@ -803,6 +865,7 @@ def simulate(
         for node, _count in j.node_counts:
             del on_node[node][j.index]
             node_end[node] = max(on_node[node].values(), default=now)
+            release_row(node)
         running.discard(j.index)
         running_tenants[j.trace.tenant] -= 1
         if not running_tenants[j.trace.tenant]:
@@ -822,7 +885,6 @@ def simulate(
     def enqueue(k: int) -> None:
         j = state[k]
         queue.add(k, j.trace.tenant, project_key(j), j.trace.submit, j.trace.gpus)
-        queued_change(k, 1.0)
 
     def shares(now: float) -> dict[str, float]:
         """Budget share of each tenant with work (running or queued)."""
@@ -865,45 +927,37 @@ def simulate(
     def expected_shapes() -> dict[int, float]:
         from tsched.compare.placement import expected_shapes as shapes_of
 
-        mean_rt = {s: shape_rt[s] / shape_n[s] for s in shape_n if shape_n[s]}
-        gpu_seconds = {s: s * shape_rt[s] for s in shape_rt}
-        shapes = shapes_of(gpu_seconds, queue.sizes, mean_rt)
+        sizes = set(window) | set(aged)
+        tally = {g: [window.get(g, [0.0] * 3)[i] + aged.get(g, [0.0] * 3)[i] for i in range(3)]
+                 for g in sizes}  # fmt: skip
+        shapes = shapes_of({g: g * t[1] for g, t in tally.items()}, {}, {})
         if config.admission != "any":
             return shapes
         # under any admission a fragment is usable, at the slowdown of the job that takes it:
         # each shape's weight is scaled by the share of GPU-time its jobs lose there
-        # (1 for a size not seen yet)
-        out = {}
-        for size, w in shapes.items():
-            t, tl = queued_loss.get(size, (0.0, 0.0))
-            t, tl = t + shape_rt.get(size, 0.0), tl + shape_loss.get(size, 0.0)
-            out[size] = w * (tl / t if t > 0 else 1.0)
-        return out
+        return {g: w * (tally[g][2] / tally[g][1] if tally[g][1] > 0 else 1.0)
+                for g, w in shapes.items()}  # fmt: skip
 
-    def queued_change(k: int, sign: float) -> None:
-        """Keeps the waiting jobs' run time and fragment loss per size (fgd, any admission)."""
-        if placer.rule != "fgd" or config.admission != "any":
-            return
-        j = state[k].trace
-        acc = queued_loss.setdefault(j.gpus, [0.0, 0.0])
-        acc[0] += sign * j.duration
-        acc[1] += sign * j.duration * placer.fragment_loss(j)
+    def loss_of(j: _Job) -> float:
+        """What a job loses on a fragment (fgd under any admission; 1 under compact)."""
+        return placer.fragment_loss(j.trace) if config.admission == "any" else 1.0
 
-    def finished(j: _Job, now: float) -> None:
-        """Feeds the finished job into the shape history ``fgd`` weighs."""
+    def shape_arrival(k: int) -> None:
+        """Feeds an arrival into the shapes ``fgd`` expects. An arrival that leaves the window
+        while it still waits keeps counting (as ``aged``) until it starts."""
         if placer.rule != "fgd":
             return
+        j = state[k]
         g, rt = j.trace.gpus, j.trace.duration
-        loss = rt * placer.fragment_loss(j.trace) if config.admission == "any" else 0.0
-        recent.append((g, rt, loss))
-        shape_rt[g] = shape_rt.get(g, 0.0) + rt
-        shape_n[g] = shape_n.get(g, 0) + 1
-        shape_loss[g] = shape_loss.get(g, 0.0) + loss
+        entry = (k, g, rt, rt * loss_of(j))
+        recent.append(entry)
+        _tally(window, g, 1, rt, entry[3])
         if len(recent) > config.shape_window:
-            g0, rt0, loss0 = recent.popleft()
-            shape_rt[g0] -= rt0
-            shape_n[g0] -= 1
-            shape_loss[g0] -= loss0
+            k0, g0, rt0, l0 = recent.popleft()
+            _tally(window, g0, -1, -rt0, -l0)
+            if state[k0].first_start < 0:  # still waiting for its first start
+                aged_jobs.add(k0)
+                _tally(aged, g0, 1, rt0, l0)
 
     def try_start(k: int, now: float, mask: np.ndarray | None = None) -> bool:
         j = state[k]
@@ -932,6 +986,27 @@ def simulate(
             first = min(jobs[0] for jobs in queue.groups[tenant].values())[1]
             _preempt_for(first, now, ratio)
 
+    def locality_locks(now: float) -> dict[int, tuple[int, float]]:
+        """Nodes kept for the jobs fgd holds back for locality (``any`` admission): in queue
+        order, each held job of up to a node keeps the node where room for it is expected
+        soonest (a node no earlier held job keeps), until that time. ``backfill`` starts no
+        other job there that would still run then, so the wait the job was held on is not
+        taken from it by jobs behind it. Returns ``{node: (job index, until)}``."""
+        locks: dict[int, tuple[int, float]] = {}
+        if placer.wait is None or not placer.deferred:
+            return locks
+        gmax = int(node_gpus.max())
+        held = sorted(queue.keys[k] for k in placer.deferred if k in queue.keys)
+        for key in held:
+            k = int(key[-1])
+            if bisect.bisect_left(queue.items, key) > config.scan_depth:
+                break
+            if state[k].trace.gpus <= gmax:
+                got = room_soonest(state[k].trace.gpus, set(locks))
+                if got is not None and got[0] > 0:
+                    locks[got[1]] = (k, now + got[0])
+        return locks
+
     def backfill(now: float) -> None:
         """EASY: later jobs start now if they end before the head's reservation or leave it
         enough GPUs."""
@@ -948,11 +1023,17 @@ def simulate(
                 shadow = end
                 break
         extra = [avail - head.trace.gpus]
+        locks = locality_locks(now)
 
-        def admit(need: int, est: float) -> np.ndarray | None:
-            return free if now + est <= shadow or need <= extra[0] else None
+        def admit(k: int, need: int, est: float) -> np.ndarray | None:
+            ok = free if now + est <= shadow or need <= extra[0] else None
+            if ok is None or not locks:
+                return ok
+            kept = [node for node, (owner, until) in locks.items()
+                    if owner != k and now + est > until]  # fmt: skip
+            return ok & ~np.isin(cluster.gpu_node, kept) if kept else ok
 
-        def started(need: int, est: float) -> None:
+        def started(k: int, need: int, est: float) -> None:
             if now + est > shadow:
                 extra[0] -= need
 
@@ -961,11 +1042,14 @@ def simulate(
     def backfill_pass(
         now: float,
         n_free: int,
-        admit: Callable[[int, float], np.ndarray | None],
-        started: Callable[[int, float], None] | None = None,
+        admit: Callable[[int, int, float], np.ndarray | None],
+        started: Callable[[int, int, float], None] | None = None,
+        fallback: Callable[[int, int, float], np.ndarray | None] | None = None,
     ) -> None:
-        """Tries the waiting jobs behind the head in order: ``admit(gpus, estimated run time)``
-        gives the free GPUs a job may take (``None``: it may not start now)."""
+        """Tries the waiting jobs behind the head in order: ``admit(job, gpus, estimated run
+        time)`` gives the free GPUs a job may take (``None``: it may not start now), and
+        ``fallback`` (same arguments), when the job does not start there, other GPUs it may
+        take. ``started`` hears of each job started."""
         for k in [item[-1] for item in queue.items[1 : 1 + config.scan_depth]]:
             if n_free == 0:
                 break
@@ -974,12 +1058,17 @@ def simulate(
             if need > n_free:
                 continue
             est = j.remaining * j.trace.duration
-            mask = admit(need, est)
-            if mask is not None and need <= int(mask.sum()) and try_start(k, now, mask):
+            ok = False
+            for choose in (admit, fallback):
+                mask = choose(k, need, est) if choose is not None else None
+                if mask is not None and need <= int(mask.sum()) and try_start(k, now, mask):
+                    ok = True
+                    break
+            if ok:
                 queue.remove(k)
                 n_free -= need
                 if started:
-                    started(need, est)
+                    started(k, need, est)
 
     def backfill_topology(now: float, head: _Job, n_free: int) -> None:
         """EASY with a reservation that names GPUs: the head job gets the GPUs its rule would
@@ -1021,15 +1110,51 @@ def simulate(
             if got is not None:
                 shadow, reserved = end, got[0]
                 break
-        outside = free.copy()
-        if reserved is not None:
-            outside[reserved] = False
+        # the GPUs the head may start on at the shadow time, less those of the jobs started
+        # meanwhile that will still run then
+        at_shadow = future if reserved is not None else None
+        plan: dict[str, Any] = {"reserved": reserved, "next": None, "failed": math.inf}
 
-        def admit(need: int, est: float) -> np.ndarray:
+        def admit(k: int, need: int, est: float) -> np.ndarray:
             # a job still running at the shadow time keeps off the reserved GPUs
-            return free if now + est <= shadow else outside & free
+            if now + est <= shadow or plan["reserved"] is None:
+                return free
+            outside = free.copy()
+            outside[plan["reserved"]] = False
+            return outside
 
-        backfill_pass(now, n_free, admit)
+        def fallback(k: int, need: int, est: float) -> np.ndarray | None:
+            """The reservation names the GPUs the head's rule picks, but any placement the head
+            would take at the shadow time serves it as well: a job that does not fit outside
+            the reservation may start where the rule puts it if the head still has a placement
+            at the shadow time without those GPUs (which then becomes its reservation)."""
+            plan["next"] = None
+            if at_shadow is None or now + est <= shadow or need >= plan["failed"]:
+                return None
+            got = placer.place(state[k].trace, free)
+            left = at_shadow.copy()
+            if got is not None:
+                left[got[0]] = False
+            moved = None if got is None else placer.place(head.trace, left)
+            if moved is None or (waits_compact and not is_compact(cluster, moved[0])):
+                plan["failed"] = need  # a job as large fails alike until the plan changes
+                return None
+            plan["next"] = (k, moved[0])
+            only = np.zeros_like(free)
+            only[got[0]] = True
+            return only
+
+        def started(k: int, need: int, est: float) -> None:
+            if at_shadow is None or now + est <= shadow:
+                return
+            gpus = state[k].gpus
+            assert gpus is not None
+            at_shadow[gpus] = False
+            if plan["next"] is not None and plan["next"][0] == k:
+                plan["reserved"] = plan["next"][1]
+            plan["next"], plan["failed"] = None, math.inf
+
+        backfill_pass(now, n_free, admit, started, fallback)
 
     def _preempt_for(k: int, now: float, ratio: dict[str, float]) -> None:
         j = state[k]
@@ -1095,7 +1220,6 @@ def simulate(
             if run_id != j.run_id or j.gpus is None:
                 continue
             stop(j, now)
-            finished(j, now)
             j.remaining = 0.0
             j.end = now
             j.gpus = None
@@ -1108,6 +1232,7 @@ def simulate(
             if len(arrivals) > config.shape_window:
                 arrived[0] -= arrivals.popleft()[1]
             enqueue(order[next_arrival])
+            shape_arrival(order[next_arrival])
             next_arrival += 1
         schedule(now)
         record(now)
