@@ -233,6 +233,91 @@ def test_fgd_scatters_what_runs_faster_scattered_and_keeps_whole_nodes_for_the_r
     assert all(recs[f"c{k}"].nodes == 2 for k in range(6))
 
 
+def test_fgd_weighs_fragments_over_the_node_jobs_actual_ends() -> None:
+    # Only 2-GPU jobs expected: a node's fragment is its odd free GPU. n0 has 1 free; of its
+    # busy GPUs one frees at 10 s and two at 1000 s. n2 has 3 free and 1 busy for 1000 s.
+    # A 1-GPU job of 100 s on n0 evens it for 10 s, then leaves it odd (1 free where 2 would
+    # be) for 90 s: +80 fragment-seconds. On n2 it evens the node for all 100 s: -100. Counted
+    # as if every busy GPU came back at the node's last end, n0 would look as good as n2 and
+    # win the tie as the fuller node.
+    c = fabric()
+    busy = [0, 1, 2, 8, 12, 13, 14, 15]
+    hold = np.array([1000.0, 0.0, 1000.0, 1000.0])
+    inf = np.inf
+    after = np.array([[10.0, 1000.0], [inf, inf], [1000.0, inf], [1000.0, inf]])
+    gpus = np.array([[1, 2], [0, 0], [1, 0], [4, 0]])
+    v = view(c, busy, "compact", shapes={2: 1.0}, hold=hold, duration=100.0)
+    assert c.gpu_node[place("fgd", v, 1)].tolist() == [0]  # by the last end alone
+    v = replace(v, releases=(after, gpus))
+    assert c.gpu_node[place("fgd", v, 1)].tolist() == [2]
+
+
+def test_a_job_held_for_locality_keeps_the_node_it_waits_on() -> None:
+    # n0 and n2 have 3 GPUs busy for good, 1 free each; n1 is whole. "b" takes 2 GPUs of n1
+    # for 50 s, leaving 4 GPUs free, none 4 on one node. "h" (4 GPUs, 1000 s, all-reduce
+    # heavy) would run about twice as long split: fgd holds it for n1, whole at 50. "l" (2
+    # GPUs, 1000 s) comes next and fits n1's 2 free GPUs; it would still run at 50, so the
+    # backfill keeps it off n1, and h starts there at 50.
+    c = fabric(nodes_per_leaf=3, leaves=1)
+    c = Cluster(
+        c.name,
+        c.links,
+        c.levels,
+        c.node_types,
+        tuple(replace(node, busy=(0, 1, 2) if k != 1 else ()) for k, node in enumerate(c.nodes)),
+    )
+    apps = {"c": AppModel("c", 1.0, 0.0, 5.0)}
+    jobs = [TraceJob("b", 0.0, 2, 50.0, "c"), TraceJob("h", 1.0, 4, 1000.0, "c"),
+            TraceJob("l", 2.0, 2, 1000.0, "c")]  # fmt: skip
+    cfg = parse_policies("fgd", SimConfig(queue="backfill"))[0]
+    recs = {r.job: r for r in simulate(jobs, c, cfg, collective=CollectiveModel(),
+                                       apps=apps).records}  # fmt: skip
+    assert recs["b"].nodes == 1
+    assert recs["h"].start == pytest.approx(50.0) and recs["h"].nodes == 1
+    assert recs["l"].start > 2.0 or recs["l"].nodes == 2  # never on n1 before h
+
+
+def test_a_backfilled_job_does_not_count_on_gpus_reserved_for_the_head() -> None:
+    # n0 and n3 have 3 GPUs busy for good. q takes n1 for 30 s, b 2 GPUs of n2 for 10 s. h
+    # (4 GPUs, all-reduce heavy) waits for n2 (whole at 10) and, with a topology reservation,
+    # reserves it. l (2 GPUs, 1000 s) may not use n2's 2 free GPUs; what it has is one GPU on
+    # n0 and one on n3, a split about twice as slow. Its compact placement comes at 30 (n1),
+    # not now on n2, so it waits for n1 rather than split.
+    c = fabric(nodes_per_leaf=4, leaves=1)
+    c = Cluster(
+        c.name,
+        c.links,
+        c.levels,
+        c.node_types,
+        tuple(replace(node, busy={0: (0, 1, 2), 3: (0, 1, 2)}.get(k, ()))
+              for k, node in enumerate(c.nodes)),
+    )  # fmt: skip
+    apps = {"c": AppModel("c", 1.0, 0.0, 5.0)}
+    jobs = [TraceJob("q", 0.0, 4, 30.0, "c"), TraceJob("b", 0.0, 2, 10.0, "c"),
+            TraceJob("h", 1.0, 4, 1000.0, "c"), TraceJob("l", 2.0, 2, 1000.0, "c")]  # fmt: skip
+    cfg = parse_policies("fgd+topo", SimConfig(queue="backfill"))[0]
+    recs = {r.job: r for r in simulate(jobs, c, cfg, collective=CollectiveModel(),
+                                       apps=apps).records}  # fmt: skip
+    assert recs["h"].start == pytest.approx(10.0) and recs["h"].nodes == 1
+    assert recs["l"].start == pytest.approx(30.0) and recs["l"].nodes == 1
+
+
+def test_fgd_expects_the_shapes_that_arrive_not_only_those_that_finished() -> None:
+    # g4dn nodes, one NIC each: cifar10 runs faster spread, yolov3 slower on any split. A long
+    # yolov3 job arrives first and runs for the whole replay; then 8-GPU cifar10 jobs, then a
+    # second yolov3 job. No 4-GPU job has finished when the cifar10 jobs start, yet 4-GPU
+    # work is most of what has arrived: fgd keeps whole nodes (the cifar10 jobs take two
+    # whole nodes each) and the second yolov3 job starts on one at once.
+    c = tsched.load_cluster(MODELS / "clusters" / "g4dn-12xlarge-16node.yaml")
+    jobs = [TraceJob("y1", 0.0, 4, 30000.0, "yolov3")]
+    jobs += [TraceJob(f"c{k}", 100.0 * (k + 1), 8, 5000.0, "cifar10") for k in range(4)]
+    jobs.append(TraceJob("y2", 2000.0, 4, 3000.0, "yolov3"))
+    cfg = parse_policies("fgd", SimConfig(queue="backfill"))[0]
+    recs = {r.job: r for r in simulate(jobs, c, cfg).records}
+    assert all(recs[f"c{k}"].nodes == 2 for k in range(4))
+    assert recs["y2"].start == pytest.approx(2000.0) and recs["y2"].nodes == 1
+
+
 def test_fgd_never_holds_a_job_back_without_an_event_to_wake_it() -> None:
     # random traces on mixed 8- and 4-GPU nodes, some GPUs busy for good: every job ends under
     # count admission (a job held back for locality always waits on some running job's end)
@@ -312,6 +397,20 @@ def test_topology_reservation_keeps_the_head_jobs_node() -> None:
     assert count["s"].start == 2 and count["h"].start == 100
     # topology: n1 is reserved for h; s goes to n0 and h starts when b ends
     assert topo["s"].start == 2 and topo["h"].start == 50
+
+
+def test_a_topology_reservation_gives_way_when_the_head_keeps_a_placement() -> None:
+    # Leaves l0 = {n0, n1}, l1 = {n2, n3}. a (n0) and d (n3) end at 100, b holds n1, c frees
+    # n2 at 1. h needs two whole nodes: at 100 the rule reserves n2 and n3 (a whole leaf).
+    # l (4 GPUs, 1000 s) fits nowhere outside that reservation, but n0 and n3 serve h as well
+    # at 100: l starts on n2 at once and h still starts at 100.
+    c = fabric(nodes_per_leaf=2, leaves=2)
+    jobs = [job("a", 0, 4, 100), job("b", 0, 4, 5000), job("c", 0, 4, 1), job("d", 0, 4, 100),
+            job("h", 1.5, 8, 50), job("l", 2, 4, 1000)]  # fmt: skip
+    for policy in ("fgd", "best-fit+topo"):
+        recs, _ = sim(jobs, c, policy, admission="compact")
+        assert recs["l"].start == 2 and recs["l"].nodes == 1, policy
+        assert recs["h"].start == 100 and recs["h"].nodes == 2, policy
 
 
 def test_ceiling_equals_every_policy_where_placement_cannot_matter() -> None:

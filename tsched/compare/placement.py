@@ -78,7 +78,9 @@ class View:
     maps a job size (GPUs) to its weight in the work expected next (``fgd``); ``slowdown(gpus)``
     is the job's run time on ``gpus`` over its compact run time (``fgd``). ``hold`` is, per node,
     the seconds until its running jobs have all ended, and ``duration`` the job's expected run
-    time (``fgd``; without them fragments are weighed without time). ``weight`` prices a
+    time (``fgd``; without them fragments are weighed without time); ``releases`` is, per node,
+    the seconds until each running job ends and the GPUs it gives back there (two arrays of
+    one row a node, ``inf`` and 0 padding; ``fgd``). ``weight`` prices a
     fragmented GPU-second against a GPU-second of the job's own, and ``tables`` holds, per node
     size, :func:`fragmentation` of every free count for ``shapes`` (``fgd``; computed when
     absent). ``wait(n)`` is the expected seconds until ``n`` GPUs are free compactly and
@@ -352,17 +354,23 @@ class Fgd:
     FGD (Weng et al., USENIX ATC'23) places each task where the cluster's expected unusable free
     capacity grows least, the expectation taken over the task shapes it expects to arrive. Here:
 
-    * **Shapes** come from the queue and the recent past, weighted by GPU-time (the simulator
-      keeps them; a count weighting would give 95 % of Philly's weight to one-GPU jobs, which
-      never fragment anything).
+    * **Shapes** come from the jobs that arrived lately (the simulator's last ``shape_window``
+      arrivals, and older ones still waiting), weighted by GPU-time: size × run time. Finished
+      jobs would be a biased sample, since the longest jobs finish last: while a long 4-GPU job
+      runs, no 4-GPU job may have finished, and its shape would weigh nothing however much of
+      the work it is. A count weighting would give 95 % of Philly's weight to one-GPU jobs,
+      which never fragment anything.
     * **Node fragmentation** is :func:`fragmentation`; a placement's change ``ΔF`` is the sum of
       the touched nodes' changes.
-    * **Fragments last.** A fragment costs for as long as it stays: a node's fragmentation is
-      weighed by the seconds until its running jobs have all ended (``hold``), and after the
-      placement by ``max(hold, d)`` for a job of expected run time ``d``. Breaking a whole node
-      for a long job costs ``F(G − n)·d``; filling the hole of a node that stays busy longer than
-      the job anyway costs nothing and removes fragments, so short jobs go where long jobs already
-      hold a node, and nodes become whole again together (the note's ``T_hold``).
+    * **Fragments last.** A fragment costs for as long as it stays. The job takes ``took`` GPUs
+      of a node for its expected run time ``d``, while the node's running jobs end one by one
+      (``releases``: when each ends and the GPUs it gives back there). Its cost on the node is
+      ``∫₀^d F(free(t) − took) − F(free(t)) dt``. Filling the hole of a node that stays busy
+      longer than the job removes fragments for ``d``; breaking a whole node for a long job
+      costs ``F(G − n)·d``; taking a node whose other jobs end soon costs the fragments it
+      leaves there once they have ended. So short jobs go where long jobs already hold a node,
+      and nodes become whole again together (the note's ``T_hold``). Without ``releases`` every
+      busy GPU of a node comes back at ``hold``, when its last job ends.
     * **One currency, GPU-seconds.** A candidate costs ``n·d·(slowdown − 1)`` (the job's own loss
       from a non-compact placement, through the job model; negative where spreading is faster,
       as on nodes with one NIC) plus ``weight·Δ(F·hold)`` (``weight`` 1: a fragmented GPU-second
@@ -397,7 +405,10 @@ class Fgd:
       ski rental, the time it loses to locality (waiting plus slowdown) is at most twice what
       the better of the two choices would have cost it in hindsight, however wrong the wait
       estimate. A split that costs the job time gives way to a compact placement that is free
-      now, whatever fragments the split would have filled.
+      now, whatever fragments the split would have filled. The simulator keeps for a held job
+      the node it waits on: ``backfill`` starts no later job there that would still run when
+      the node is expected to have room (the wait counts only GPUs the job may take; those
+      kept for another job do not).
 
     Under ``compact`` admission the simulator pairs the rule with a topology-aware reservation
     for ``backfill``: the head job reserves the GPUs this rule would give it, not a count
@@ -552,8 +563,10 @@ def place(rule: str, view: View, n: int) -> np.ndarray | None:
 def expected_shapes(
     history: Mapping[int, float], queued: Mapping[int, int], mean_runtime: Mapping[int, float]
 ) -> dict[int, float]:
-    """Shape weights by GPU-time: the GPU-seconds of recently finished jobs per size plus the
-    queued jobs' GPUs times their size's mean run time (the overall mean where a size has none)."""
+    """Shape weights by GPU-time: the GPU-seconds of recent jobs per size (the simulator's:
+    recent arrivals and older jobs still waiting) plus, for ``queued`` counts given apart, the
+    queued jobs' GPUs times their size's mean run time (the overall mean where a size has
+    none)."""
     overall = (sum(mean_runtime.values()) / len(mean_runtime)) if mean_runtime else 1.0
     out = {s: float(v) for s, v in history.items() if v > 0}
     for s, k in queued.items():

@@ -137,7 +137,8 @@ class SimConfig:
         Whether a job's run time follows its placement (the job model); ``False`` runs every job
         at its compact run time, the ceiling no placement can beat.
     shape_window : int
-        Finished jobs whose GPU-time, with the queue's, weighs the job shapes ``fgd`` expects.
+        Recent arrivals whose GPU-time (with that of older jobs still waiting) weighs the job
+        shapes ``fgd`` expects.
     model_margin : float
         Speed-ups the job model predicts for a scattered placement smaller than this share of
         the run time are not acted on by ``fgd`` (the model's median relative error is 3–14 %
@@ -1073,7 +1074,9 @@ def simulate(
     def backfill_topology(now: float, head: _Job, n_free: int) -> None:
         """EASY with a reservation that names GPUs: the head job gets the GPUs its rule would
         give it at the earliest time it can start (the shadow time); a later job starts now if
-        it ends before then, or on GPUs outside that reservation."""
+        it ends before then, or on GPUs outside that reservation, or where its rule puts it if
+        the head still has a placement at the shadow time without those GPUs (that placement
+        becomes the reservation)."""
         per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes).tolist()
         size = node_gpus.tolist()
         need = head.trace.gpus
@@ -1112,7 +1115,12 @@ def simulate(
                 break
         # the GPUs the head may start on at the shadow time, less those of the jobs started
         # meanwhile that will still run then
-        at_shadow = future if reserved is not None else None
+        at_shadow = None
+        if reserved is not None:  # every job that ends by the shadow time frees its GPUs
+            at_shadow = free.copy()
+            for r in running:
+                if state[r].started + state[r].runtime <= shadow:
+                    at_shadow[state[r].gpus] = True
         plan: dict[str, Any] = {"reserved": reserved, "next": None, "failed": math.inf}
 
         def admit(k: int, need: int, est: float) -> np.ndarray:
