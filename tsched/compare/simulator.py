@@ -199,11 +199,10 @@ class SimConfig:
 
     @property
     def _own_reservation(self) -> str:
-        # under count admission a count serves: the head may start on any GPUs, and a head that
-        # waits for locality waits within its own budget (with a topology reservation there,
-        # the head took the node a later 4-GPU job waited for: Pollux's mean p99 was higher at
-        # every load from 0.8, intervals apart at load 1, 8.47 ± 0.17 h against 8.14 ± 0.03;
-        # cluster_policies.md, fgd+topo)
+        # under count admission a count serves: the head may start on any GPUs, and a job that
+        # waits for locality keeps its node through the locality locks (with a topology
+        # reservation there Pollux's p99 is no lower: 8.28 ± 0.21 and 8.26 ± 0.18 h at loads
+        # 1.2 and 1.4 against 8.23 ± 0.06 and 8.12 ± 0.03; cluster_policies.md, fgd+topo)
         return "topology" if self.policy == "fgd" and self.admission == "compact" else "count"
 
     @property
