@@ -59,6 +59,22 @@ def sim(jobs, cluster, policy, queue="backfill", **kw):
     return {r.job: r for r in res.records}, res
 
 
+COMM = {"c": AppModel("c", 1.0, 0.0, 5.0)}  # all-reduce heavy: about twice as slow split
+
+
+def busy_for_good(c: Cluster, busy: dict[int, tuple[int, ...]]) -> Cluster:
+    """``c`` with the given local GPUs of node k (``busy[k]``) busy for the whole replay."""
+    nodes = tuple(replace(node, busy=busy.get(k, ())) for k, node in enumerate(c.nodes))
+    return Cluster(c.name, c.links, c.levels, c.node_types, nodes)
+
+
+def replay(jobs, cluster, policy, apps=COMM) -> dict:
+    """Records by job name of a ``backfill`` replay under ``policy`` with ``apps``."""
+    cfg = parse_policies(policy, SimConfig(queue="backfill"))[0]
+    res = simulate(jobs, cluster, cfg, collective=CollectiveModel(), apps=apps)
+    return {r.job: r for r in res.records}
+
+
 # ---------------------------------------------------------------------------- the rules
 # Nodes n0..n3 (GPUs 0-3, 4-7, 8-11, 12-15); leaves l0 = {n0, n1}, l1 = {n2, n3}.
 # Busy: n0 has 3 busy (1 free), n1 has 1 busy (3 free), n2 and n3 are whole.
@@ -180,21 +196,11 @@ def test_fgd_defers_a_long_communicating_job_to_a_node_that_frees_soon() -> None
     # n0 and n1 have 2 GPUs busy for good; n2 is whole. "a" takes n2 for 100 s, so at t=1 a
     # 4-GPU job can start split over n0 and n1 (about 2x slower: its all-reduce crosses the
     # leaf) or wait 99 s for n2.
-    c = fabric(nodes_per_leaf=3, leaves=1)
-    c = Cluster(
-        c.name,
-        c.links,
-        c.levels,
-        c.node_types,
-        tuple(replace(node, busy=(0, 1) if k < 2 else ()) for k, node in enumerate(c.nodes)),
-    )
-    apps = {"c": AppModel("c", 1.0, 0.0, 5.0)}
+    c = busy_for_good(fabric(nodes_per_leaf=3, leaves=1), {0: (0, 1), 1: (0, 1)})
 
     def run(policy: str, duration: float) -> dict:
         jobs = [TraceJob("a", 0.0, 4, 100.0, "c"), TraceJob("b", 1.0, 4, duration, "c")]
-        cfg = parse_policies(policy, SimConfig(queue="backfill"))[0]
-        res = simulate(jobs, c, cfg, collective=CollectiveModel(), apps=apps)
-        return {r.job: r for r in res.records}
+        return replay(jobs, c, policy)
 
     long = run("fgd", 1000.0)
     assert long["a"].nodes == 1
@@ -258,20 +264,10 @@ def test_a_job_held_for_locality_keeps_the_node_it_waits_on() -> None:
     # heavy) would run about twice as long split: fgd holds it for n1, whole at 50. "l" (2
     # GPUs, 1000 s) comes next and fits n1's 2 free GPUs; it would still run at 50, so the
     # backfill keeps it off n1, and h starts there at 50.
-    c = fabric(nodes_per_leaf=3, leaves=1)
-    c = Cluster(
-        c.name,
-        c.links,
-        c.levels,
-        c.node_types,
-        tuple(replace(node, busy=(0, 1, 2) if k != 1 else ()) for k, node in enumerate(c.nodes)),
-    )
-    apps = {"c": AppModel("c", 1.0, 0.0, 5.0)}
+    c = busy_for_good(fabric(nodes_per_leaf=3, leaves=1), {0: (0, 1, 2), 2: (0, 1, 2)})
     jobs = [TraceJob("b", 0.0, 2, 50.0, "c"), TraceJob("h", 1.0, 4, 1000.0, "c"),
             TraceJob("l", 2.0, 2, 1000.0, "c")]  # fmt: skip
-    cfg = parse_policies("fgd", SimConfig(queue="backfill"))[0]
-    recs = {r.job: r for r in simulate(jobs, c, cfg, collective=CollectiveModel(),
-                                       apps=apps).records}  # fmt: skip
+    recs = replay(jobs, c, "fgd")
     assert recs["b"].nodes == 1
     assert recs["h"].start == pytest.approx(50.0) and recs["h"].nodes == 1
     assert recs["l"].start > 2.0 or recs["l"].nodes == 2  # never on n1 before h
@@ -283,21 +279,10 @@ def test_a_backfilled_job_does_not_count_on_gpus_reserved_for_the_head() -> None
     # reserves it. l (2 GPUs, 1000 s) may not use n2's 2 free GPUs; what it has is one GPU on
     # n0 and one on n3, a split about twice as slow. Its compact placement comes at 30 (n1),
     # not now on n2, so it waits for n1 rather than split.
-    c = fabric(nodes_per_leaf=4, leaves=1)
-    c = Cluster(
-        c.name,
-        c.links,
-        c.levels,
-        c.node_types,
-        tuple(replace(node, busy={0: (0, 1, 2), 3: (0, 1, 2)}.get(k, ()))
-              for k, node in enumerate(c.nodes)),
-    )  # fmt: skip
-    apps = {"c": AppModel("c", 1.0, 0.0, 5.0)}
+    c = busy_for_good(fabric(nodes_per_leaf=4, leaves=1), {0: (0, 1, 2), 3: (0, 1, 2)})
     jobs = [TraceJob("q", 0.0, 4, 30.0, "c"), TraceJob("b", 0.0, 2, 10.0, "c"),
             TraceJob("h", 1.0, 4, 1000.0, "c"), TraceJob("l", 2.0, 2, 1000.0, "c")]  # fmt: skip
-    cfg = parse_policies("fgd+topo", SimConfig(queue="backfill"))[0]
-    recs = {r.job: r for r in simulate(jobs, c, cfg, collective=CollectiveModel(),
-                                       apps=apps).records}  # fmt: skip
+    recs = replay(jobs, c, "fgd+topo")
     assert recs["h"].start == pytest.approx(10.0) and recs["h"].nodes == 1
     assert recs["l"].start == pytest.approx(30.0) and recs["l"].nodes == 1
 
