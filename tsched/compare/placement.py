@@ -373,11 +373,11 @@ class Fgd:
       busy GPU of a node comes back at ``hold``, when its last job ends.
     * **One currency, GPU-seconds.** A candidate costs ``n·d·(slowdown − 1)`` (the job's own loss
       from a non-compact placement, through the job model; negative where spreading is faster,
-      as on nodes with one NIC) plus ``weight·Δ(F·hold)`` (``weight`` 1: a fragmented GPU-second
-      is a GPU-second the expected shapes cannot use compactly), scaled by the demand the
-      simulator sees (:class:`View.weight`: waiting GPUs plus those expected to arrive during the
-      job, over the free GPUs, at most 1), since a fragment nobody would have used costs
-      nothing.
+      as on nodes with one NIC) plus ``weight`` times its fragment-seconds (``weight`` 1: a
+      fragmented GPU-second is a GPU-second the expected shapes cannot use compactly), scaled
+      by the demand the simulator sees (:class:`View.weight`: waiting GPUs plus those expected
+      to arrive during the job, over the free GPUs, at most 1), since a fragment nobody would
+      have used costs nothing.
     * **What a fragment costs under** ``any``. There a fragment is not lost: a job may run on it,
       scattered, at its slowdown. The simulator weighs each expected shape by the share of
       GPU-time its jobs lose on fragments (``1 − 1/s`` for the slowdown ``s`` of the job split
