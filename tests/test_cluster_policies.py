@@ -263,14 +263,15 @@ def test_a_job_held_for_locality_keeps_the_node_it_waits_on() -> None:
     # for 50 s, leaving 4 GPUs free, none 4 on one node. "h" (4 GPUs, 1000 s, all-reduce
     # heavy) would run about twice as long split: fgd holds it for n1, whole at 50. "l" (2
     # GPUs, 1000 s) comes next and fits n1's 2 free GPUs; it would still run at 50, so the
-    # backfill keeps it off n1, and h starts there at 50.
+    # backfill keeps it off n1 (it starts split on n0 and n2), and h starts on n1 at 50.
     c = busy_for_good(fabric(nodes_per_leaf=3, leaves=1), {0: (0, 1, 2), 2: (0, 1, 2)})
     jobs = [TraceJob("b", 0.0, 2, 50.0, "c"), TraceJob("h", 1.0, 4, 1000.0, "c"),
             TraceJob("l", 2.0, 2, 1000.0, "c")]  # fmt: skip
     recs = replay(jobs, c, "fgd")
     assert recs["b"].nodes == 1
     assert recs["h"].start == pytest.approx(50.0) and recs["h"].nodes == 1
-    assert recs["l"].start > 2.0 or recs["l"].nodes == 2  # never on n1 before h
+    # l takes the free GPU of n0 and of n2 at once, not n1's
+    assert recs["l"].start == pytest.approx(2.0) and recs["l"].nodes == 2
 
 
 def test_a_backfilled_job_does_not_count_on_gpus_reserved_for_the_head() -> None:

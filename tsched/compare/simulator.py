@@ -713,7 +713,7 @@ def simulate(
     running_tenants: dict[str, int] = {}
     # fgd's expected shapes: the last shape_window arrivals, and the jobs still waiting that
     # arrived before them; per size [jobs, Σ run time, Σ run time × fragment loss]
-    recent: deque[tuple[int, int, float, float]] = deque()
+    recent: deque[tuple[float, int, int, float, float]] = deque()  # (arrived, job, ...)
     window: dict[int, list[float]] = {}
     aged: dict[int, list[float]] = {}
     aged_jobs: set[int] = set()
@@ -731,12 +731,16 @@ def simulate(
     n_jobs = len(jobs)
 
     on_node: list[dict[int, float]] = [{} for _ in range(cluster.n_nodes)]
-    node_end = np.zeros(cluster.n_nodes)  # when each node's running jobs have all ended
     clock = [0.0]
-    placer.hold = lambda: np.maximum(node_end - clock[0], 0.0)
     # per node, the end of each running job (ascending; inf pads) and the GPUs it frees there
     release_end = np.full((cluster.n_nodes, 4), np.inf)
     release_gpus = np.zeros((cluster.n_nodes, 4), dtype=np.int64)
+
+    def node_end() -> np.ndarray:
+        """When each node's running jobs have all ended (``-inf`` for an idle node)."""
+        return np.where(np.isinf(release_end), -np.inf, release_end).max(axis=1)
+
+    placer.hold = lambda: np.maximum(node_end() - clock[0], 0.0)
 
     def release_row(node: int) -> None:
         nonlocal release_end, release_gpus
@@ -757,17 +761,17 @@ def simulate(
         return np.maximum(release_end - clock[0], 0.0), release_gpus
 
     placer.releases = releases
-    arrivals: deque[tuple[float, int]] = deque()
-    arrived = [0]  # GPUs of the arrivals kept
 
     def pressure(duration: float, n_free: int) -> float:
         """Demand for the free GPUs while a job of ``duration`` runs: the GPUs waiting plus the
-        GPUs expected to arrive meanwhile (recent arrival rate), over the free GPUs, at most 1.
-        Fragments cost only if some job would have used the GPUs they strand."""
+        GPUs expected to arrive meanwhile (the rate of the arrivals in fgd's shape window), over
+        the free GPUs, at most 1. Fragments cost only if some job would have used the GPUs they
+        strand."""
         waiting = sum(size * k for size, k in queue.sizes.items())
         rate = 0.0
-        if len(arrivals) > 1 and clock[0] > arrivals[0][0]:
-            rate = arrived[0] / (clock[0] - arrivals[0][0])
+        if len(recent) > 1 and clock[0] > recent[0][0]:
+            gpus = sum(g * row[0] for g, row in window.items())
+            rate = gpus / (clock[0] - recent[0][0])
         return min(1.0, (waiting + rate * duration) / max(n_free, 1))
 
     placer.pressure = pressure
@@ -789,29 +793,26 @@ def simulate(
         if n > gmax:  # the fewest nodes: largest ones, whole
             k = math.ceil(n / gmax)
             usable = ~always_busy & ~withheld & (node_gpus == gmax)
-            ends = np.sort(np.maximum(node_end[usable] - now, 0.0))
+            ends = np.sort(np.maximum(node_end()[usable] - now, 0.0))
             return float(ends[k - 1]) if k <= len(ends) else math.inf
         got = room_soonest(n, set(np.flatnonzero(withheld).tolist()))
         return math.inf if got is None else got[0]
 
     def room_soonest(n: int, skip: set[int]) -> tuple[float, int] | None:
         """``(seconds, node)``: the node (not in ``skip``) where ``n`` GPUs are expected free
-        soonest if nothing else starts, and when; None if no node ever has room."""
+        soonest if nothing else starts, and when (the lowest index on a tie); None if no node
+        ever has room."""
         per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
-        best = None
-        for node in np.flatnonzero(node_gpus >= n):
-            if int(node) in skip:
-                continue
-            have = int(per_node[node])
-            if have >= n:
-                return 0.0, int(node)
-            for end, r in sorted((e, r) for r, e in on_node[node].items()):
-                have += dict(state[r].node_counts)[node]
-                if have >= n:
-                    if best is None or end - clock[0] < best[0]:
-                        best = (end - clock[0], int(node))
-                    break
-        return best
+        ok = node_gpus >= n
+        ok[list(skip)] = False
+        now_ok = np.flatnonzero(ok & (per_node >= n))
+        if len(now_ok):
+            return 0.0, int(now_ok[0])
+        reach = (per_node[:, None] + np.cumsum(release_gpus, axis=1) >= n) & ok[:, None]
+        when = release_end[np.arange(cluster.n_nodes), reach.argmax(axis=1)] - clock[0]
+        when = np.where(reach.any(axis=1), when, np.inf)
+        node = int(np.argmin(when))
+        return None if math.isinf(when[node]) else (float(when[node]), node)
 
     placer.wait = compact_wait if config.admission == "any" and placer.rule == "fgd" else None
 
@@ -849,7 +850,6 @@ def simulate(
         free[gpus] = False
         for node in nodes:
             on_node[node][j.index] = now + j.runtime
-            node_end[node] = max(node_end[node], now + j.runtime)
             release_row(node)
         running.add(j.index)
         running_tenants[j.trace.tenant] = running_tenants.get(j.trace.tenant, 0) + 1
@@ -864,7 +864,6 @@ def simulate(
         free[j.gpus] = True
         for node, _count in j.node_counts:
             del on_node[node][j.index]
-            node_end[node] = max(on_node[node].values(), default=now)
             release_row(node)
         running.discard(j.index)
         running_tenants[j.trace.tenant] -= 1
@@ -942,18 +941,18 @@ def simulate(
         """What a job loses on a fragment (fgd under any admission; 1 under compact)."""
         return placer.fragment_loss(j.trace) if config.admission == "any" else 1.0
 
-    def shape_arrival(k: int) -> None:
+    def shape_arrival(k: int, now: float) -> None:
         """Feeds an arrival into the shapes ``fgd`` expects. An arrival that leaves the window
         while it still waits keeps counting (as ``aged``) until it starts."""
         if placer.rule != "fgd":
             return
         j = state[k]
         g, rt = j.trace.gpus, j.trace.duration
-        entry = (k, g, rt, rt * loss_of(j))
-        recent.append(entry)
-        _tally(window, g, 1, rt, entry[3])
+        loss = rt * loss_of(j)
+        recent.append((now, k, g, rt, loss))
+        _tally(window, g, 1, rt, loss)
         if len(recent) > config.shape_window:
-            k0, g0, rt0, l0 = recent.popleft()
+            _, k0, g0, rt0, l0 = recent.popleft()
             _tally(window, g0, -1, -rt0, -l0)
             if state[k0].first_start < 0:  # still waiting for its first start
                 aged_jobs.add(k0)
@@ -1234,12 +1233,8 @@ def simulate(
             if progress:
                 progress(done, n_jobs)
         while next_arrival < n_jobs and jobs[order[next_arrival]].submit <= now:
-            arrivals.append((now, jobs[order[next_arrival]].gpus))
-            arrived[0] += jobs[order[next_arrival]].gpus
-            if len(arrivals) > config.shape_window:
-                arrived[0] -= arrivals.popleft()[1]
             enqueue(order[next_arrival])
-            shape_arrival(order[next_arrival])
+            shape_arrival(order[next_arrival], now)
             next_arrival += 1
         schedule(now)
         record(now)

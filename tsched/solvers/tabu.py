@@ -418,8 +418,8 @@ RESTARTS = ((CHUNK_CAP, PERTURB), (20, (0.125, 0.5)))
 #: ``benchmarks/results/qaplib-taia-30.md`` and ``qaplib-taia-30-nocross.md``). It is no
 #: general gain: the means of tai50a and tai80a are higher with it (0.496 against 0.433 %, 0.695
 #: against 0.683 %; no interval either), and over the 18 runs they are equal (0.573 and
-#: 0.577 %). Taillard's thread keeps its jumps; crossovers there are untried (its long chunks
-#: would give few plans to breed from).
+#: 0.577 %). Taillard's thread keeps its jumps: its long chunks give few plans to breed from,
+#: and no in-tree result shows crossovers there to help.
 CROSS = (0.0, 0.5)
 
 
