@@ -258,6 +258,21 @@ def test_fgd_weighs_fragments_over_the_node_jobs_actual_ends() -> None:
     assert c.gpu_node[place("fgd", v, 1)].tolist() == [2]
 
 
+def test_fgd_takes_the_fewest_nodes_when_none_is_whole() -> None:
+    # Two nodes of 8 GPUs, 2 busy on each for good: 6 + 6 free. A 12-GPU job needs two nodes
+    # whatever happens, and 6 + 6 is two nodes: fgd starts it at once, as the packing rules do,
+    # instead of waiting for a whole node that never comes.
+    c = busy_for_good(fabric(nodes_per_leaf=2, leaves=1, gpus=8), {0: (0, 1), 1: (0, 1)})
+    got = place("fgd", view(c, [0, 1, 8, 9]), 12)
+    assert got is not None and sorted(got.tolist()) == [2, 3, 4, 5, 6, 7, 10, 11, 12, 13, 14, 15]
+    recs = replay([TraceJob("b", 0.0, 12, 100.0, "c")], c, "fgd")
+    assert recs["b"].start == 0.0 and recs["b"].nodes == 2
+    # three nodes with 7, 6 and 3 free: the two with most room take 12 as 7 + 5
+    c3 = fabric(nodes_per_leaf=3, leaves=1, gpus=8)
+    got = place("fgd", view(c3, [0, 8, 9, *range(16, 21)]), 12)
+    assert got is not None and np.bincount(c3.gpu_node[got], minlength=3).tolist() == [7, 5, 0]
+
+
 def test_a_job_held_for_locality_keeps_the_node_it_waits_on() -> None:
     # n0 and n2 have 3 GPUs busy for good, 1 free each; n1 is whole. "b" takes 2 GPUs of n1
     # for 50 s, leaving 4 GPUs free, none 4 on one node. "h" (4 GPUs, 1000 s, all-reduce

@@ -146,6 +146,24 @@ def is_compact(cluster: Cluster, gpus: np.ndarray) -> bool:
     return len(np.unique(cluster.gpu_node[gpus])) == node_count(cluster, len(gpus))
 
 
+def _fewest_nodes(view: View, n: int) -> np.ndarray | None:
+    """A placement of a job larger than a node on the fewest nodes without asking for whole
+    ones: the nodes with the most free GPUs, all their free GPUs, and the best-fitting node for
+    the remainder (``6 + 6`` for 12 GPUs on two 8-GPU nodes with 6 free each). None when no
+    such set of :func:`node_count` nodes has room."""
+    f = view.per_node
+    k = node_count(view.cluster, n)
+    order = np.lexsort((np.arange(len(f)), -f))  # most free first, then the lower index
+    head = order[: k - 1]
+    rest = n - int(f[head].sum())
+    tail = order[k - 1 :]
+    fit = tail[f[tail] >= rest] if rest > 0 else tail[:0]
+    if not len(fit):
+        return None
+    last = fit[np.lexsort((fit, f[fit]))][0]  # the fullest node with room for the remainder
+    return _gpus_of(view, [*head.tolist(), int(last)], n)
+
+
 def compact_nodes(per_node: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
     """The nodes a compact placement of ``n`` GPUs may use (a mask): nodes with room for the whole
     job, or, for a job larger than a node, whole free nodes and nodes with room for the
@@ -473,6 +491,10 @@ class Fgd:
             for split in (_best_fit(view, n), _spread(view, n)):
                 if split is not None and not is_compact(c, split):
                     cands.append(score(split))
+            if n > gmax:  # the fewest nodes, not all whole (whole ones are the next candidates)
+                fewest = _fewest_nodes(view, n)
+                if fewest is not None:
+                    cands.append(score(fewest))
         if n <= gmax:
             ok = np.flatnonzero(f >= n)
             if len(ok):

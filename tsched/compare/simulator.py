@@ -1082,7 +1082,9 @@ def simulate(
         from tsched.compare.placement import is_compact
 
         waits_compact = config.admission == "any" and head.index in placer.deferred
-        nodes_only = config.admission == "compact" or placer.rule == "whole-nodes" or waits_compact
+        # whole nodes for a job larger than a node; fgd's compact under ``any`` is the fewest
+        # nodes, whole or not
+        whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
         most = max(per_node)  # the most free GPUs on one node
         whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
         avail = n_free
@@ -1101,7 +1103,9 @@ def simulate(
             if avail < need:
                 continue
             # a cheap necessary condition of a compact placement before asking the rule
-            if nodes_only and (most < need if need <= gmax else whole_gpus + gmax - 1 < need):
+            if need <= gmax and (whole_only or waits_compact) and most < need:
+                continue
+            if need > gmax and whole_only and whole_gpus + gmax - 1 < need:
                 continue
             future = free.copy()
             future[np.concatenate(released)] = True
