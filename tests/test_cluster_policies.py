@@ -373,8 +373,12 @@ def test_policy_labels_say_what_runs() -> None:
     assert labels == ["first-fit", "fgd", "fgd+count", "best-fit+topo", "greedy"]
     # under count admission fgd reserves a count, so +count names nothing new
     assert [c.label for c in parse_policies("fgd,fgd+topo")] == ["fgd", "fgd+topo"]
-    with pytest.raises(InputError, match="named twice"):
+    with pytest.raises(InputError, match="'fgd\\+count' runs as 'fgd', already named as 'fgd'"):
         parse_policies("fgd,fgd+count")
+    with pytest.raises(InputError, match="'best-fit' is named twice"):
+        parse_policies("best-fit,best-fit")
+    with pytest.raises(InputError, match="'first-fit' runs as 'first-fit', already named as"):
+        parse_policies("pack,first-fit")
 
 
 # ---------------------------------------------------------------------------- the simulator

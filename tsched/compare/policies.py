@@ -65,8 +65,16 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
             get_solver(method)
         out.append(replace(base, policy=canonical(method), fragmentation_aware=frag,
                            reservation=reservation))  # fmt: skip
-    if len({c.label for c in out}) != len(out):
-        raise InputError(f"--policies: a policy is named twice in {text!r}")
+    seen: dict[str, str] = {}
+    for name, cfg in zip(names, out):
+        if cfg.label in seen:
+            same = "is named twice" if seen[cfg.label] == name else (
+                f"runs as {cfg.label!r}, already named as {seen[cfg.label]!r}"
+                + (" (a rule's own reservation needs no suffix)"
+                   if name.endswith(("+topo", "+count")) else "")
+            )  # fmt: skip
+            raise InputError(f"--policies: {name!r} {same}; name each policy once")
+        seen[cfg.label] = name
     return out
 
 
