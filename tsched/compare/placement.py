@@ -409,9 +409,11 @@ class Fgd:
       hours when a job that needs one arrived.
     * **Candidates**: every node with room (jobs of up to one node); whole nodes of each leaf,
       fewest whole nodes first, and across leaves, each with the best-fitting node for a
-      remainder (larger jobs); and under ``any`` the holes-first and the round-robin split. Ties
-      go to the fullest node, then to the fullest leaf, then the lower index, so whole nodes and
-      whole leaves stay free.
+      remainder (larger jobs); and under ``any`` the holes-first and the round-robin split, and
+      for a job larger than a node the fewest nodes without whole ones (the nodes with the most
+      free GPUs, :func:`_fewest_nodes`: ``6 + 6`` for 12 GPUs on 8-GPU nodes is as compact as
+      ``8 + 4``). Ties go to the fullest node, then to the fullest leaf, then the lower index, so
+      whole nodes and whole leaves stay free.
 
     * **Waiting for locality** (``any`` admission). When the best candidate is scattered and
       costs the job ``d·(s − 1)`` seconds (slowdown ``s``), and a compact placement is expected

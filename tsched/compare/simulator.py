@@ -1079,13 +1079,14 @@ def simulate(
         size = node_gpus.tolist()
         need = head.trace.gpus
         gmax = int(node_gpus.max())
-        from tsched.compare.placement import is_compact
+        from tsched.compare.placement import is_compact, node_count
 
         waits_compact = config.admission == "any" and head.index in placer.deferred
         # whole nodes for a job larger than a node; fgd's compact under ``any`` is the fewest
         # nodes, whole or not
         whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
         most = max(per_node)  # the most free GPUs on one node
+        fewest = node_count(cluster, need)
         whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
         avail = n_free
         shadow, reserved = math.inf, None
@@ -1107,6 +1108,8 @@ def simulate(
                 continue
             if need > gmax and whole_only and whole_gpus + gmax - 1 < need:
                 continue
+            if need > gmax and waits_compact and sum(heapq.nlargest(fewest, per_node)) < need:
+                continue  # its fewest nodes cannot hold it yet
             future = free.copy()
             future[np.concatenate(released)] = True
             got = placer.place(head.trace, future)
