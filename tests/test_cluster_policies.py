@@ -13,7 +13,7 @@ from scipy import stats
 import tsched
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.compare.jobmodel import AppModel, CollectiveModel
-from tsched.compare.placement import View, fragmentation, is_compact, place
+from tsched.compare.placement import View, admits_compact, fragmentation, is_compact, place
 from tsched.compare.policies import parse_policies
 from tsched.compare.simulator import SimConfig, simulate
 from tsched.compare.study import at_load, bucket_of, ci95, offered_load, replica
@@ -134,6 +134,41 @@ def test_compact_admission_refuses_a_scattered_placement() -> None:
         assert place(rule, view(c, busy, "compact"), 3) is None, rule
         got = place(rule, view(c, busy, "any"), 3)
         assert got is not None and not is_compact(c, got), rule
+
+
+def mixed() -> Cluster:
+    """One 8-GPU node (n0, GPUs 0-7) and three 4-GPU nodes (n1: 8-11, n2: 12-15, n3: 16-19)."""
+    return Cluster(
+        name="mixed",
+        links={"nvl": LinkClass("nvl", 100, 1), "leaf": LinkClass("leaf", 10, 5)},
+        levels=("leaf",),
+        node_types={"big": NodeType("big", 8, "H100", 80, intra="nvl", nics=8, nic_gbps=400),
+                    "small": NodeType("small", 4, "T4", 16, intra="nvl", nics=1, nic_gbps=50)},
+        nodes=(Node("n0", "big", {"leaf": "l0"}),
+               *(Node(f"n{k}", "small", {"leaf": "l0"}) for k in (1, 2, 3))),
+    )  # fmt: skip
+
+
+def test_compact_admission_takes_whole_nodes_of_any_size() -> None:
+    c = mixed()
+    n0, n1, n2, n3 = (list(range(s, s + g)) for s, g in ((0, 8), (8, 4), (12, 4), (16, 4)))
+    assert admits_compact(c, np.array(n1 + n2 + n3))  # 12 GPUs on three whole 4-GPU nodes
+    assert admits_compact(c, np.array(n0 + n1[:2]))  # whole nodes and one remainder
+    assert not admits_compact(c, np.array(n0[:6] + n1 + n2[:2]))  # two nodes not whole
+    assert not admits_compact(c, np.array(n1 + n2))  # 8 GPUs fit the 8-GPU node: one node
+    # two 6-GPU halves on 8-GPU nodes use the fewest nodes, but neither node whole
+    two = fabric(nodes_per_leaf=2, leaves=1, gpus=8)
+    halves = np.array([*range(6), *range(8, 14)])
+    assert is_compact(two, halves) and not admits_compact(two, halves)
+    # with a GPU of n0 busy, 10 GPUs take whole small nodes and a remainder under every rule
+    # that may (before, only the fewest nodes counted, and none of these placements did)
+    for rule in ("first-fit", "best-fit", "kai-tas", "slurm-tree", "spread", "random", "fgd"):
+        got = place(rule, view(c, [0], "compact"), 10)
+        assert got is not None and admits_compact(c, got), rule
+    # whole-nodes takes whole idle nodes from the high end: n3, n2 and n1 for 12 GPUs (a replay
+    # stalled on it before: the idle cluster could not give them "that way")
+    recs, _ = sim([job("a", 0, 12, 10.0)], c, "whole-nodes", admission="compact")
+    assert recs["a"].start == 0.0 and recs["a"].nodes == 3
 
 
 def test_fragmentation_is_what_the_shapes_cannot_use() -> None:

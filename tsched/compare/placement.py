@@ -11,8 +11,9 @@ Admission regimes (:data:`ADMISSIONS`):
     (the job model stretches it).
 ``compact``
     The production regime: a job that fits in one node gets one node, and a larger one gets
-    ``⌈n/G⌉`` nodes (``G`` GPUs per node): whole free nodes, plus one node with room for the
-    remainder when ``n`` is not a multiple of ``G``. Fragmentation shows up as waiting.
+    whole free nodes, plus one node with room for the remainder when they do not add up to
+    ``n`` (:func:`admits_compact`; ``⌈n/G⌉`` nodes on nodes of ``G`` GPUs). Fragmentation shows
+    up as waiting.
 
 Rules (:data:`RULES`; ``pack`` is an alias of ``first-fit``):
 
@@ -62,6 +63,7 @@ __all__ = [
     "View",
     "place",
     "is_compact",
+    "admits_compact",
     "fragmentation",
 ]
 
@@ -162,6 +164,18 @@ def _fewest_nodes(view: View, n: int) -> np.ndarray | None:
         return None
     last = fit[np.lexsort((fit, f[fit]))][0]  # the fullest node with room for the remainder
     return _gpus_of(view, [*head.tolist(), int(last)], n)
+
+
+def admits_compact(cluster: Cluster, gpus: np.ndarray) -> bool:
+    """Whether ``compact`` admission lets a job start on ``gpus``: one node for a job that fits
+    the largest node; else whole nodes, of any size, and at most one node for the remainder
+    (which may keep other jobs). On nodes of one size that is :func:`is_compact`'s ⌈n/G⌉ nodes
+    with all but one whole; on mixed sizes 16 GPUs may take four whole 4-GPU nodes as well as
+    two whole 8-GPU ones."""
+    nodes, counts = np.unique(cluster.gpu_node[gpus], return_counts=True)
+    if len(gpus) <= int(cluster.gpus_per_node.max()):
+        return len(nodes) == 1
+    return int((counts < cluster.gpus_per_node[nodes]).sum()) <= 1
 
 
 def compact_nodes(per_node: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
@@ -579,7 +593,7 @@ def place(rule: str, view: View, n: int) -> np.ndarray | None:
     gpus = fn(view, n)
     if gpus is None:
         return None
-    if view.admission == "compact" and not is_compact(view.cluster, gpus):
+    if view.admission == "compact" and not admits_compact(view.cluster, gpus):
         return None
     return gpus
 

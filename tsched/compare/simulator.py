@@ -554,9 +554,9 @@ class _Placer:
             locations = self._fragmentation_subset(n, locations, free_per_node)
         got = self._solve(job, n, locations)
         if got is not None and compact:
-            from tsched.compare.placement import View, is_compact, place
+            from tsched.compare.placement import View, admits_compact, place
 
-            if not is_compact(c, got[0]):  # the solver spread it: the compact best fit instead
+            if not admits_compact(c, got[0]):  # the solver spread it: compact best fit instead
                 view = View(c, free, free_per_node, "compact")
                 gpus = place("best-fit", view, n)
                 return None if gpus is None else (gpus, 0.0)
