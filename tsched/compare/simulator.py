@@ -720,6 +720,7 @@ def simulate(
     usage = _Usage()
     budgets = dict(config.budgets)
     running: set[int] = set()
+    by_end: list[tuple[float, int]] = []  # (end, job index) of the running jobs, sorted
     series_t: list[float] = []
     series_busy: list[int] = []
     series_q: list[int] = []
@@ -852,6 +853,7 @@ def simulate(
             on_node[node][j.index] = now + j.runtime
             release_row(node)
         running.add(j.index)
+        bisect.insort(by_end, (now + j.runtime, j.index))
         running_tenants[j.trace.tenant] = running_tenants.get(j.trace.tenant, 0) + 1
         usage.change(tenant_key(j), now, len(gpus))
         usage.change(project_key(j), now, len(gpus))
@@ -866,6 +868,9 @@ def simulate(
             del on_node[node][j.index]
             release_row(node)
         running.discard(j.index)
+        at = bisect.bisect_left(by_end, (j.started + j.runtime, j.index))
+        assert by_end[at][1] == j.index
+        del by_end[at]
         running_tenants[j.trace.tenant] -= 1
         if not running_tenants[j.trace.tenant]:
             del running_tenants[j.trace.tenant]
@@ -1014,13 +1019,18 @@ def simulate(
         if config.reserves == "topology":
             backfill_topology(now, head, n_free)
             return
-        ends = sorted((state[r].started + state[r].runtime, len(state[r].gpus)) for r in running)
         avail, shadow = n_free, math.inf
-        for end, g in ends:
-            avail += g
-            if avail >= head.trace.gpus:
-                shadow = end
-                break
+        i = 0
+        while i < len(by_end) and shadow == math.inf:  # running jobs by end, then by size
+            end, j = by_end[i][0], i
+            while j < len(by_end) and by_end[j][0] == end:
+                j += 1
+            for g in sorted(len(state[r].gpus) for _end, r in by_end[i:j]):
+                avail += g
+                if avail >= head.trace.gpus:
+                    shadow = end
+                    break
+            i = j
         extra = [avail - head.trace.gpus]
         locks = locality_locks(now)
 
@@ -1091,7 +1101,7 @@ def simulate(
         avail = n_free
         shadow, reserved = math.inf, None
         released: list[np.ndarray] = []
-        for end, r in sorted((state[r].started + state[r].runtime, r) for r in running):
+        for end, r in by_end:
             g = state[r].gpus
             assert g is not None
             released.append(g)
@@ -1123,9 +1133,8 @@ def simulate(
         at_shadow = None
         if reserved is not None:  # every job that ends by the shadow time frees its GPUs
             at_shadow = free.copy()
-            for r in running:
-                if state[r].started + state[r].runtime <= shadow:
-                    at_shadow[state[r].gpus] = True
+            for _end, r in by_end[: bisect.bisect_right(by_end, (shadow, math.inf))]:
+                at_shadow[state[r].gpus] = True
         plan: dict[str, Any] = {"reserved": reserved, "next": None, "failed": math.inf}
 
         def admit(k: int, need: int, est: float) -> np.ndarray:
