@@ -157,9 +157,9 @@ def _fewest_nodes(view: View, n: int) -> np.ndarray | None:
     k = node_count(view.cluster, n)
     order = np.lexsort((np.arange(len(f)), -f))  # most free first, then the lower index
     head = order[: k - 1]
-    rest = n - int(f[head].sum())
+    rest = n - int(f[head].sum())  # > 0: k − 1 nodes cannot hold n
     tail = order[k - 1 :]
-    fit = tail[f[tail] >= rest] if rest > 0 else tail[:0]
+    fit = tail[f[tail] >= rest]
     if not len(fit):
         return None
     last = fit[np.lexsort((fit, f[fit]))][0]  # the fullest node with room for the remainder

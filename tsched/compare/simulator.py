@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import logging
 import math
+import operator
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -1020,17 +1022,14 @@ def simulate(
             backfill_topology(now, head, n_free)
             return
         avail, shadow = n_free, math.inf
-        i = 0
-        while i < len(by_end) and shadow == math.inf:  # running jobs by end, then by size
-            end, j = by_end[i][0], i
-            while j < len(by_end) and by_end[j][0] == end:
-                j += 1
-            for g in sorted(len(state[r].gpus) for _end, r in by_end[i:j]):
+        for end, ending in itertools.groupby(by_end, key=operator.itemgetter(0)):
+            for g in sorted(len(state[r].gpus) for _end, r in ending):  # smallest first
                 avail += g
                 if avail >= head.trace.gpus:
                     shadow = end
                     break
-            i = j
+            if shadow < math.inf:
+                break
         extra = [avail - head.trace.gpus]
         locks = locality_locks(now)
 
@@ -1096,7 +1095,7 @@ def simulate(
         # nodes, whole or not
         whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
         most = max(per_node)  # the most free GPUs on one node
-        fewest = node_count(cluster, need)
+        fewest = node_count(cluster, need) if waits_compact and need > gmax else 0
         whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
         avail = n_free
         shadow, reserved = math.inf, None
