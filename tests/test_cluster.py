@@ -145,12 +145,35 @@ nodes:
             "{name: a, type: box, at: {rack: r0}}",
             r"nodes\[0\]\.at\.rack: unknown level 'rack'",
         ),
+        (
+            "  nvlink: {bandwidth: 450}\n  leaf: {bandwidth: 50}\n",
+            "  1.5\n",
+            r"t\.yaml: links: expected a mapping .*got float 1\.5",
+        ),
+        (
+            "  box: {gpus: 4, intra: nvlink}\n",
+            "  true\n",
+            r"t\.yaml: node_types: expected a mapping .*got bool True",
+        ),
+        (
+            "box: {gpus: 4, intra: nvlink}",
+            "box: {gpus: 1000000000000, intra: nvlink}",
+            r"node_types\.box\.gpus: must be 1\.\.1024, got 1000000000000",
+        ),
+        ("nodes:\n", "busy: true\nnodes:\n", r"t\.yaml: busy: expected a mapping .*got bool"),
     ],
 )
 def test_bad_cluster_input(old: str, new: str, message: str) -> None:
     assert old in BASE
     with pytest.raises(InputError, match=message):
         parse_cluster_text(BASE.replace(old, new, 1), "t.yaml")
+
+
+def test_a_mistyped_node_count_is_refused_before_any_node_is_built() -> None:
+    text = BASE.split("nodes:")[0] + "generate:\n  - {type: box, count: 1000000000000}\n"
+    with pytest.raises(InputError, match=r"generate\[0\]\.count: 1,000,000,000,000 nodes of 4 "
+                       r"GPUs would give the cluster more than 2,097,152 GPUs"):  # fmt: skip
+        parse_cluster_text(text, "t.yaml")
 
 
 def test_yaml_syntax_error_reports_line_and_column() -> None:

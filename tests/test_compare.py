@@ -87,6 +87,38 @@ def test_format_is_detected_from_the_header() -> None:
     assert detect_format(["a", "b"]) == "generic"
 
 
+POLLUX_HEAD = "name,time,application,num_replicas,batch_size\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("a,0,bert,2\n", r"t\.csv:2: 4 field\(s\), but the header has 5"),
+        ("a,0,bert,2,64,x\n", r"t\.csv:2: 6 field\(s\), but the header has 5"),
+        ("a,0,bert,1e400,64\n", r"t\.csv:2: num_replicas: expected a finite number >= 0"),
+        ("a,0,bert,1.5,64\n", r"t\.csv:2: num_replicas: expected a whole number, got '1\.5'"),
+        ("a,inf,bert,2,64\n", r"t\.csv:2: time: expected a finite number >= 0, got 'inf'"),
+        ("a,0,bert,2,nan\n", r"t\.csv:2: batch_size: expected a finite number >= 0"),
+        ('a,"0,bert,2,64\n', r"t\.csv:2: 2 field\(s\), but the header has 5"),
+    ],
+)
+def test_bad_trace_rows_are_named_by_line_and_field(tmp_path, row, message) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text(POLLUX_HEAD + row)
+    with pytest.raises(InputError, match=message):
+        load_trace(f)
+
+
+def test_generic_trace_times_must_be_finite_and_header_names_may_be_padded(tmp_path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("id, start, n, secs\nj1, 10, 2, 100\nj2, nan, 1, 50\n")
+    mapping = {"submit": "start", "gpus": "n", "duration": "secs", "name": "id"}
+    with pytest.raises(InputError, match=r"t\.csv:3: start: expected a finite time, got ' nan'"):
+        load_trace(f, mapping=mapping)
+    f.write_text("id, start, n, secs\nj1, 10, 2, 100\n")
+    assert [(j.name, j.gpus) for j in load_trace(f, mapping=mapping)] == [("j1", 2)]
+
+
 def test_generic_csv_with_a_column_mapping(tmp_path) -> None:
     f = tmp_path / "t.csv"
     f.write_text("id,start,n,secs,user\nj1,10,2,100,alice\nj2,5,1,50,bob\n")
@@ -280,6 +312,22 @@ def test_calibrate_refuses_bad_measurements(tmp_path, capsys) -> None:
                  "--out", str(tmp_path / "o")])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "missing column(s) sync_time" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("bert,1,4,inf,0.0", r"p\.csv:3: step_time must be > 0, sync_time >= 0 \(both finite"),
+        ("bert,1,4,0.1,nan", r"p\.csv:3: step_time must be > 0, sync_time >= 0"),
+        ("bert,1,4,0.1", r"p\.csv:3: 4 field\(s\), but the header has 5"),
+        (",1,4,0.1,0.0", r"p\.csv:3: application: expected a name"),
+    ],
+)
+def test_calibrate_names_the_bad_row(tmp_path, row, message) -> None:
+    f = tmp_path / "p.csv"
+    f.write_text(f"application,placement,local_bsz,step_time,sync_time\nbert,1,2,0.1,0.0\n{row}\n")
+    with pytest.raises(InputError, match=message):
+        read_placements(f)
 
 
 # ---------------------------------------------------------------------------- queue policies

@@ -159,6 +159,41 @@ def test_labels_round_trip_every_generation(scheme: str, tmp_path: Path) -> None
     assert a.objective == pytest.approx(b.objective)
 
 
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (1.5, r"n\.json: items\[0\]\.metadata\.labels: expected a mapping of label → value"),
+        ({"fabric.topograph.run/tier-1": 0},
+         r"labels\.fabric\.topograph\.run/tier-1: label values are strings, got int 0"),
+    ],
+)  # fmt: skip
+def test_node_labels_must_be_a_mapping_of_strings(tmp_path, labels, message) -> None:
+    doc = {"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a", "labels": labels}}]}
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(tsched.InputError, match=message):
+        read_nodes_json(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"switches": {"S1": {"switches": 1.5}}}, r"switches\.S1\.switches: expected a list"),
+        ({"blocks": [{"switch": "S1", "nodes": 3}]}, r"blocks\[0\]\.nodes: expected a list"),
+        ({"blocks": [{"switch": "S1", "nodes": ["n1"], "annotations": [1]}]},
+         r"blocks\[0\]\.annotations: expected a mapping"),
+    ],
+)  # fmt: skip
+def test_bad_topograph_models_name_the_field(tmp_path, edit, message) -> None:
+    import yaml
+
+    doc = {"switches": {"S1": {}}, "blocks": [{"switch": "S1", "nodes": ["n1"]}], **edit}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(tsched.InputError, match=message):
+        read_model(path)
+
+
 def test_labels_missing_on_a_node_name_it() -> None:
     nodes = [
         ("a", {"fabric.topograph.run/tier-1": "l0", "fabric.topograph.run/tier-2": "s0"}),

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from conftest import MODELS
@@ -90,6 +92,27 @@ def test_serving_traffic() -> None:
     assert f[0, 1] == pytest.approx(8e-3)
 
 
+def test_kv_transfer_reaches_the_matching_rank_of_every_decode_replica() -> None:
+    spec = ServingSpec(
+        decode=PoolSpec(2, 4),
+        prefill=PoolSpec(3, 2),
+        requests_per_s=3,
+        prompt_tokens=1000,
+        output_tokens=10,
+        kv_bytes_per_token=1e6,
+    )
+    no_kv = Workload.from_serving("s", replace(spec, kv_bytes_per_token=1e-30), TINY)
+    kv = Workload.from_serving("s", spec, TINY).traffic_matrix() - no_kv.traffic_matrix()
+    # 3 req/s * 1000 tokens * 1 MB = 3 GB/s over 3 prefill replicas, 2 decode replicas, TP2
+    share = 3.0 / 3 / 2 / 2
+    expected = np.zeros_like(kv)
+    for p in range(3):
+        for r in range(2):
+            for d in range(2):
+                expected[p * 2 + r, 6 + d * 4 + (r * 4) // 2] = share
+    assert np.allclose(kv, expected)
+
+
 def test_explicit_edges_sum_and_drop_self_traffic() -> None:
     w = Workload.from_edges("e", 3, [(0, 1, 1.0), (0, 1, 2.0), (2, 2, 5.0), (1, 2, 0.0)])
     assert w.n_edges == 1 and w.traffic_matrix()[0, 1] == 3.0
@@ -167,6 +190,24 @@ HEAD = "tsched: workload/v1\nname: bad\n"
         (
             "workers: 2\ntraffic: []\nconstraints: {gpu_model: [H100]}",
             r"constraints\.gpu_model: unknown key",
+        ),
+        (
+            "workers: 2\ntraffic: [{src: 0, dst: .inf, gb: 1}]",
+            r"traffic\[0\]\.dst: expected an integer",
+        ),
+        (
+            "workers: 2\ntraffic: [{src: 0, dst: 1, gb: 1},\n"
+            "  {src: 100000000000000000000, dst: 1, gb: 1}]",
+            r"traffic\[1\]\.src: worker id 100000000000000000000 is out of range",
+        ),
+        (
+            "layout: {tp: 8, dp: 1000000000000}\nmodel: {params_b: 1, hidden: 8, layers: 4}",
+            r"layout: tp8 × dp1000000000000 is 8,000,000,000,000 workers; at most 2,097,152",
+        ),
+        (
+            "serving: {decode: {replicas: 1000000000000, tp: 8}, requests_per_s: 1}\n"
+            "model: {params_b: 1, hidden: 8, layers: 4}",
+            r"serving: 8,000,000,000,000 workers .* at most 2,097,152",
         ),
     ],
 )

@@ -29,6 +29,11 @@ SELF_LINK = -1
 #: Largest node count for which N × N node tables are built; larger clusters compute meet
 #: levels from the groups on demand (16,384 nodes would need 2 GiB for the float table).
 NODE_TABLE_LIMIT = 4096
+#: Most GPUs one node type may have (an NVLink domain of 576 GPUs modelled as one node fits).
+MAX_NODE_GPUS = 1024
+#: Most GPUs a cluster may have: 16 times the largest fabric tsched is measured on (131,072),
+#: so that a mistyped count is an error, not an allocation of terabytes.
+MAX_CLUSTER_GPUS = 2**21
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,8 +279,8 @@ class Cluster:
             raise fail("node_types", "at least one node type is required")
         for key, nt in self.node_types.items():
             where = f"node_types.{key}"
-            if nt.gpus < 1:
-                raise fail(f"{where}.gpus", f"must be >= 1, got {nt.gpus!r}")
+            if not 1 <= nt.gpus <= MAX_NODE_GPUS:
+                raise fail(f"{where}.gpus", f"must be 1..{MAX_NODE_GPUS}, got {nt.gpus!r}")
             if nt.intra is not None and nt.intra_matrix is not None:
                 raise fail(where, "give either 'intra' or 'intra_matrix', not both")
             if nt.gpus > 1 and nt.intra is None and nt.intra_matrix is None:
@@ -318,6 +323,7 @@ class Cluster:
                             )
         seen: dict[str, int] = {}
         levels = set(self.levels)
+        total = 0
         for i, node in enumerate(self.nodes):
             where = f"nodes[{i}]"
             if node.name in seen:
@@ -332,6 +338,9 @@ class Cluster:
                     f"{where}.type",
                     f"undefined node type {node.type!r} (defined: {', '.join(self.node_types)})",
                 )
+            total += nt.gpus
+            if total > MAX_CLUSTER_GPUS:
+                raise fail("nodes", f"more than {MAX_CLUSTER_GPUS:,} GPUs (at {where})")
             for level in node.at:
                 if level not in levels:
                     raise fail(

@@ -253,9 +253,7 @@ class Plan:
             value = doc.get(key)
             return None if value is None else ck.number(value, key)
 
-        links = ck.mapping(
-            doc.get("cost_by_link", {}), "cost_by_link", optional=doc.get("cost_by_link") or ()
-        )
+        links = ck.mapping(doc.get("cost_by_link", {}), "cost_by_link", free_keys=True)
         seed = doc.get("seed")
         roles = None
         if doc.get("roles") is not None:

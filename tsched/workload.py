@@ -40,6 +40,12 @@ __all__ = [
 PARALLEL_DIMS = ("tp", "cp", "ep", "dp", "pp")
 #: Megatron's default rank order, innermost (fastest-varying) dimension first.
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+#: Most workers a layout or serving deployment may have (as many as the largest cluster has
+#: GPUs, :data:`tsched.cluster.MAX_CLUSTER_GPUS`), so that a mistyped size is an error, not an
+#: allocation of terabytes.
+MAX_WORKERS = 2**21
+#: Most prefill → decode pairs of a disaggregated deployment's KV-cache transfer.
+MAX_KV_PAIRS = 2**24
 #: Largest workers × GPUs table of per-GPU costs tsched builds (8 bytes each: 256 MiB).
 GPU_COSTS_MAX_ENTRIES = 2**25
 
@@ -546,6 +552,11 @@ def _check_layout(layout: Layout, model: ModelSpec) -> None:
         v = layout.size(d)
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise InputError(f"{where}.{d}: must be an integer >= 1, got {v!r}")
+    if layout.workers > MAX_WORKERS:
+        sizes = " × ".join(f"{d}{layout.size(d)}" for d in PARALLEL_DIMS if layout.size(d) > 1)
+        raise InputError(
+            f"{where}: {sizes} is {layout.workers:,} workers; at most {MAX_WORKERS:,} are supported"
+        )
     dims = layout.order.split("-")
     if sorted(dims) != sorted(PARALLEL_DIMS):
         raise InputError(
@@ -608,12 +619,29 @@ def serving_traffic(
     roles: list[str] = []
     parts: list[tuple[Any, Any, Any]] = []
     first: dict[str, int] = {}
-    for role, pool, tokens_per_s in pools:
+    for role, pool, _tokens in pools:
         if pool.replicas < 1 or pool.tp < 1:
             raise InputError(
                 f"serving.{role}: replicas and tp must be >= 1, got "
                 f"replicas={pool.replicas}, tp={pool.tp}"
             )
+    workers = sum(pool.replicas * pool.tp for _, pool, _ in pools)
+    if workers > MAX_WORKERS:
+        raise InputError(
+            f"serving: {workers:,} workers (replicas × tp over the pools); at most "
+            f"{MAX_WORKERS:,} are supported"
+        )
+    kv_pairs = (
+        0
+        if serving.prefill is None
+        else (serving.prefill.replicas * serving.prefill.tp * serving.decode.replicas)
+    )
+    if kv_pairs > MAX_KV_PAIRS:
+        raise InputError(
+            f"serving: {kv_pairs:,} KV-cache transfer pairs (prefill replicas × tp × decode "
+            f"replicas); at most {MAX_KV_PAIRS:,} are supported"
+        )
+    for role, pool, tokens_per_s in pools:
         first[role] = len(roles)
         groups = len(roles) + np.arange(pool.replicas * pool.tp).reshape(pool.replicas, pool.tp)
         roles.extend(f"{role}{r}-tp{t}" for r in range(pool.replicas) for t in range(pool.tp))
@@ -625,12 +653,13 @@ def serving_traffic(
             serving.requests_per_s / pre.replicas * serving.prompt_tokens * kv_per_token
         )
         amount = kv_per_replica / dec.replicas / pre.tp / 1e9
-        for p in range(pre.replicas):
-            for r in range(pre.tp):
-                a = first["prefill"] + p * pre.tp + r
-                for d in range(dec.replicas):
-                    c = first["decode"] + d * dec.tp + (r * dec.tp) // pre.tp
-                    parts.append((np.array([a]), np.array([c]), np.array([amount])))
+        # every prefill rank (replica p, TP rank r) to the matching rank of every decode replica d
+        p, r, d = np.meshgrid(
+            np.arange(pre.replicas), np.arange(pre.tp), np.arange(dec.replicas), indexing="ij"
+        )
+        a = first["prefill"] + p * pre.tp + r
+        c = first["decode"] + d * dec.tp + (r * dec.tp) // pre.tp
+        parts.append((a.ravel(), c.ravel(), np.full(a.size, amount)))
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, np.zeros(0), roles

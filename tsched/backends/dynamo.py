@@ -154,7 +154,7 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
     restart_keys = ("policy", "max_restarts", "health_timeout", "lease_timeout")
     restart = ck.mapping(doc.get("restart", {}), "restart", optional=restart_keys)
     args = ck.sequence(doc.get("engine_args", []), "engine_args")
-    env = ck.mapping(doc.get("env", {}), "env", optional=doc.get("env") or ())
+    env = ck.mapping(doc.get("env", {}), "env", free_keys=True)
     from tsched.backends.guardian import RESTART_POLICIES
 
     serving = _serving(ck, doc["serving"])

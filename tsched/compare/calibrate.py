@@ -31,6 +31,7 @@ import csv
 import io
 import json
 import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -48,6 +49,7 @@ from tsched.compare.jobmodel import (
     placement_gpus,
     placement_shape,
 )
+from tsched.compare.traces import csv_rows
 from tsched.errors import InputError
 
 __all__ = [
@@ -104,16 +106,15 @@ class Measurement:
 
 def read_placements(path: str | os.PathLike[str]) -> list[Measurement]:
     """Rows of a Pollux-style ``placements`` CSV (columns :data:`COLUMNS`)."""
-    text = read_text(path, "placements CSV")
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    header, rows = csv_rows(path, "placements CSV")
+    missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise InputError(
             f"{path}: missing column(s) {', '.join(missing)}; expected {', '.join(COLUMNS)}"
         )
     out = []
-    for line, row in enumerate(reader, 2):
-        placement = (row["placement"] or "").strip()
+    for line, row in enumerate(rows, 2):
+        placement = row["placement"].strip()
         if not placement.isdigit() or "0" in placement:
             raise InputError(
                 f"{path}:{line}: placement {placement!r}: expected digits 1-9, one per node"
@@ -128,9 +129,12 @@ def read_placements(path: str | os.PathLike[str]) -> list[Measurement]:
             )
         except ValueError as exc:
             raise InputError(f"{path}:{line}: {exc}") from None
-        if not m.step_time > 0 or m.sync_time < 0 or m.local_bsz < 1:
+        if not m.application:
+            raise InputError(f"{path}:{line}: application: expected a name")
+        if not (0 < m.step_time < math.inf and 0 <= m.sync_time < math.inf and m.local_bsz >= 1):
             raise InputError(
-                f"{path}:{line}: step_time must be > 0, sync_time >= 0 and local_bsz >= 1"
+                f"{path}:{line}: step_time must be > 0, sync_time >= 0 (both finite seconds) "
+                f"and local_bsz >= 1, got {m.step_time!r}, {m.sync_time!r}, {m.local_bsz!r}"
             )
         out.append(m)
     if not out:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -108,12 +109,32 @@ def detect_format(header: list[str]) -> str:
     return "generic"
 
 
-def _rows(path: str | os.PathLike[str]) -> tuple[list[str], list[dict[str, str]]]:
-    text = read_text(path, "trace CSV")
+def csv_rows(
+    path: str | os.PathLike[str], what: str = "trace CSV"
+) -> tuple[list[str], list[dict[str, str]]]:
+    """The header (names stripped) and the rows of a CSV file, each row a mapping of the
+    header's names; a row with more or fewer fields than the header is an error naming its
+    line."""
+    text = read_text(path, what)
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
         raise InputError(f"{path}: empty trace (no header)")
-    return [h.strip() for h in reader.fieldnames], list(reader)
+    header = [h.strip() for h in reader.fieldnames]
+    reader.fieldnames = header  # rows keyed by the names as the header checks read them
+    rows = []
+    try:
+        for row in reader:
+            extra = row.pop(None, [])  # type: ignore[call-overload]
+            if extra or None in row.values():  # more fields than the header, or fewer
+                fields = sum(v is not None for v in row.values()) + len(extra)
+                raise InputError(
+                    f"{path}:{reader.line_num}: {fields} field(s), but the header has "
+                    f"{len(header)} ({','.join(header)})"
+                )
+            rows.append(row)
+    except csv.Error as exc:
+        raise InputError(f"{path}:{reader.line_num}: not valid CSV: {exc}") from None
+    return header, rows
 
 
 def load_trace(
@@ -144,7 +165,7 @@ def load_trace(
     InputError
         Naming the file, line and field of the first bad value.
     """
-    header, rows = _rows(path)
+    header, rows = csv_rows(path)
     fmt = fmt or (detect_format(header) if mapping is None else "generic")
     if fmt not in FORMATS:
         raise InputError(f"trace format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -175,20 +196,28 @@ def load_trace(
 
 def _num(path: object, line: int, field: str, value: str | None, kind: type = float) -> float:
     try:
-        out = kind(float(value)) if kind is int else float(value)  # type: ignore[arg-type]
+        out = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise InputError(f"{path}:{line}: {field}: expected a number, got {value!r}") from None
-    if out != out or out < 0:
-        raise InputError(f"{path}:{line}: {field}: expected a number >= 0, got {value!r}")
+    if not math.isfinite(out) or out < 0:
+        raise InputError(f"{path}:{line}: {field}: expected a finite number >= 0, got {value!r}")
+    if kind is int:
+        if out != int(out):
+            raise InputError(f"{path}:{line}: {field}: expected a whole number, got {value!r}")
+        return int(out)
     return out
 
 
 def _time(path: object, line: int, field: str, value: str | None) -> float:
     text = (value or "").strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise InputError(f"{path}:{line}: {field}: expected a finite time, got {value!r}")
+        return seconds
     try:
         # read as UTC: offsets between jobs do not depend on the machine's time zone
         stamp = datetime.strptime(text, "%Y-%m-%d %H:%M:%S")

@@ -38,7 +38,11 @@ class Checker:
         required: Iterable[str] = (),
         optional: Iterable[str] = (),
         example: str = "",
+        free_keys: bool = False,
     ) -> Mapping[str, Any]:
+        """``value`` as a mapping with string keys: those in ``required`` present, no others
+        than ``required`` and ``optional`` unless ``free_keys`` (names the file chooses, such as
+        link classes or node types)."""
         required = tuple(required)
         allowed = set(required) | set(optional)
         if not isinstance(value, Mapping):
@@ -47,7 +51,7 @@ class Checker:
         for key in value:
             if not isinstance(key, str):
                 raise self.fail(where, f"keys must be strings, got {key!r}")
-            if key not in allowed:
+            if not free_keys and key not in allowed:
                 valid = ", ".join(sorted(allowed))
                 raise self.fail(join(where, key), f"unknown key {key!r} (valid keys: {valid})")
         for key in required:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tsched._io import atomic_write_text, dump_yaml, load_yaml_text, read_text
-from tsched.cluster import Cluster, LinkClass, Node, NodeType
+from tsched.cluster import MAX_CLUSTER_GPUS, Cluster, LinkClass, Node, NodeType
 from tsched.formats._check import Checker, join
 
 __all__ = [
@@ -85,7 +85,7 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
     links_doc = ck.mapping(
         doc["links"],
         "links",
-        optional=doc["links"] or (),
+        free_keys=True,
         example="{nvlink: {bandwidth: 450, latency: 2}}",
     )
     links: dict[str, LinkClass] = {}
@@ -115,7 +115,12 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
     levels_doc = ck.sequence(doc.get("levels", []), "levels", example="[leaf, spine]")
     levels = tuple(ck.string(v, join("levels", i)) for i, v in enumerate(levels_doc))
 
-    types_doc = ck.mapping(doc["node_types"], "node_types", optional=doc["node_types"] or ())
+    types_doc = ck.mapping(
+        doc["node_types"],
+        "node_types",
+        free_keys=True,
+        example="{dgx-h100: {gpus: 8, intra: nvlink}}",
+    )
     node_types = {key: _node_type(ck, key, spec) for key, spec in types_doc.items()}
 
     if "nodes" not in doc and "generate" not in doc:
@@ -147,12 +152,11 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
         )
     counters: dict[str, int] = {}
     for i, spec in enumerate(ck.sequence(doc.get("generate", []), "generate")):
-        nodes.extend(_generate(ck, spec, join("generate", i), levels, counters))
+        gpus = sum(node_types[n.type].gpus for n in nodes if n.type in node_types)
+        nodes.extend(_generate(ck, spec, join("generate", i), levels, counters, node_types, gpus))
 
     if "busy" in doc:
-        busy_doc = ck.mapping(
-            doc["busy"], "busy", optional=doc["busy"] or (), example="{node0001: [0, 1]}"
-        )
+        busy_doc = ck.mapping(doc["busy"], "busy", free_keys=True, example="{node0001: [0, 1]}")
         index = {n.name: k for k, n in enumerate(nodes)}
         for node_name, idx in busy_doc.items():
             where = join("busy", node_name)
@@ -220,7 +224,7 @@ def _groups(ck: Checker, value: Any, where: str) -> dict[str, str]:
     doc = ck.mapping(
         value,
         where,
-        optional=value if isinstance(value, Mapping) else (),
+        free_keys=True,
         example="{leaf: l0, spine: s0}",
     )
     return {level: ck.string(group, join(where, level)) for level, group in doc.items()}
@@ -232,8 +236,16 @@ def _indices(ck: Checker, value: Any, where: str) -> tuple[int, ...]:
 
 
 def _generate(
-    ck: Checker, spec: Any, where: str, levels: tuple[str, ...], counters: dict[str, int]
+    ck: Checker,
+    spec: Any,
+    where: str,
+    levels: tuple[str, ...],
+    counters: dict[str, int],
+    node_types: Mapping[str, NodeType],
+    gpus_before: int,
 ) -> list[Node]:
+    """The nodes of one ``generate`` entry, after ``gpus_before`` GPUs of earlier nodes (the
+    cluster's GPU limit is checked before any node is built)."""
     spec = ck.mapping(
         spec,
         where,
@@ -243,6 +255,13 @@ def _generate(
     )
     type_name = ck.string(spec["type"], join(where, "type"))
     count = ck.integer(spec["count"], join(where, "count"), minimum=1)
+    per_node = node_types[type_name].gpus if type_name in node_types else 1
+    if gpus_before + count * per_node > MAX_CLUSTER_GPUS:
+        raise ck.fail(
+            join(where, "count"),
+            f"{count:,} nodes of {per_node} GPUs would give the cluster more than "
+            f"{MAX_CLUSTER_GPUS:,} GPUs",
+        )
     fanout_doc = ck.mapping(
         spec.get("fanout", {}),
         join(where, "fanout"),

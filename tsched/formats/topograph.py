@@ -95,7 +95,13 @@ def parse_model(data: Any, source: str) -> SwitchTree:
         spec = spec or {}
         if not isinstance(spec, dict):
             raise InputError(f"{source}: switches.{name}: expected a mapping")
-        kids = [str(k) for k in spec.get("switches") or []]
+        kids_doc = spec.get("switches") or []
+        if not isinstance(kids_doc, list):
+            raise InputError(
+                f"{source}: switches.{name}.switches: expected a list of switch ids, got "
+                f"{type(kids_doc).__name__} {kids_doc!r}"
+            )
+        kids = [str(k) for k in kids_doc]
         tree.switches.setdefault(str(name), ([], []))[0].extend(kids)
         for kid in kids:
             tree.switches.setdefault(kid, ([], []))
@@ -107,6 +113,8 @@ def parse_model(data: Any, source: str) -> SwitchTree:
         if not isinstance(block, dict) or "switch" not in block or "nodes" not in block:
             raise InputError(f"{where}: expected {{switch: LEAF, nodes: [hostlists]}}")
         leaf = str(block["switch"])
+        if not isinstance(block["nodes"], list):
+            raise InputError(f"{where}.nodes: expected a list of hostlists, e.g. [node[1-4]]")
         nodes: list[str] = []
         for item in block["nodes"]:
             try:
@@ -115,6 +123,8 @@ def parse_model(data: Any, source: str) -> SwitchTree:
                 raise InputError(f"{where}.nodes: {exc}") from None
         tree.switches.setdefault(leaf, ([], []))[1].extend(nodes)
         annotations = block.get("annotations") or {}
+        if not isinstance(annotations, dict):
+            raise InputError(f"{where}.annotations: expected a mapping of annotation → value")
         domain = annotations.get(DOMAIN_ANNOTATION)
         sub_domain = annotations.get(SUB_DOMAIN_ANNOTATION)
         for node in nodes:
@@ -267,6 +277,20 @@ def _gpu_spec(
     return count, labels.get(GPU_PRODUCT_LABEL, ""), memory_gb
 
 
+def _labels(value: Any, where: str) -> dict[str, str]:
+    """A node's labels: a mapping of strings to strings, as Kubernetes writes them."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: expected a mapping of label → value, got {value!r}")
+    for key, text in value.items():
+        if not isinstance(text, str):
+            raise InputError(
+                f"{where}.{key}: label values are strings, got {type(text).__name__} {text!r}"
+            )
+    return value
+
+
 def read_nodes_json(
     path: str | os.PathLike[str],
     node_type: NodeType | None = None,
@@ -287,7 +311,7 @@ def read_nodes_json(
         meta = item.get("metadata") if isinstance(item, dict) else None
         if not isinstance(meta, dict) or "name" not in meta:
             raise InputError(f"{source}: items[{i}]: no metadata.name")
-        labels = dict(meta.get("labels") or {})
+        labels = dict(_labels(meta.get("labels"), f"{source}: items[{i}].metadata.labels"))
         spec = _gpu_spec(item, labels, f"{source}: items[{i}] (node {meta['name']!r})")
         if spec is not None and spec[0] == 0:
             continue  # a node without GPUs is not a place for workers

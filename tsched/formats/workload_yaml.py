@@ -427,10 +427,13 @@ def _edges(ck: Checker, value: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         g = np.array(gb, dtype=np.float64)
         if not (np.array_equal(s, src) and np.array_equal(d, dst)):
             raise TypeError
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         for i, edge in enumerate(edges):
-            ck.integer(edge["src"], f"traffic[{i}].src", minimum=0)
-            ck.integer(edge["dst"], f"traffic[{i}].dst", minimum=0)
+            for key in ("src", "dst"):
+                if ck.integer(edge[key], f"traffic[{i}].{key}", minimum=0) >= 2**63:
+                    raise ck.fail(
+                        f"traffic[{i}].{key}", f"worker id {edge[key]} is out of range"
+                    ) from None
             ck.number(edge["gb"], f"traffic[{i}].gb")
         raise
     return s, d, g
