@@ -81,7 +81,50 @@ def test_infeasible_json_still_one_document(capsys) -> None:
     [
         (["solve", "--cluster", "missing.yaml"], "missing.yaml: cluster file not found"),
         (["solve", "--method", "magic"], "unknown method 'magic'"),
-        (["solve", "--time-limit", "-1"], "time_limit: must be a positive number"),
+        (["solve", "--time-limit", "-1"], "argument --time-limit: expected a number > 0, got '-1'"),
+        (["solve", "--time-limit", "nan"], "argument --time-limit: expected a finite number"),
+        (["solve", "--seed", "x"], "argument --seed: expected an integer, got 'x'"),
+        (
+            ["solve", "--method", "tabu", "--option", "iterations=1e400"],
+            "option iterations=inf must be an integer 1 or more",
+        ),
+        (
+            ["solve", "--method", "faq", "--option", "starts=1,2"],
+            "option starts='1,2' must be an integer 1..100000",
+        ),
+        (
+            ["solve", "--method", "greedy", "--option", "refine=x"],
+            "option refine='x' must be true or false",
+        ),
+        (
+            ["solve", "--method", "tabu", "--option", "hint=x"],
+            "option hint='x' must be a location per worker",
+        ),
+        (
+            ["solve", "--method", "bnb", "--option", "hint=0,1"],
+            "option hint: assignment: expected 16 locations (one per worker), got shape (2,)",
+        ),
+        (
+            ["compare", "--seeds", "100000", "--trace", "t.csv"],
+            "argument --seeds: expected an integer in 1..1000, got '100000'",
+        ),
+        (
+            [
+                "agents",
+                "simulate",
+                "--workload",
+                "swe",
+                "--replicas",
+                "0",
+                "--capacity-tokens",
+                "9",
+                "--policies",
+                "thunder",
+                "--out",
+                "o",
+            ],
+            "argument --replicas: expected an integer >= 1",
+        ),
         (["solve", "--option", "x"], "expected KEY=VALUE"),
         (["solve", "--bogus"], "unrecognized arguments: --bogus"),
         (["qap", "nowhere.dat"], "nowhere.dat: QAPLIB instance file not found"),

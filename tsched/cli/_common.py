@@ -4,8 +4,9 @@ stderr console and ``--option KEY=VALUE`` parsing."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from tsched.errors import InputError
@@ -22,7 +23,13 @@ __all__ = [
     "format_seconds",
     "result_line",
     "add_cluster_argument",
+    "integer",
+    "number",
+    "MAX_SEEDS",
 ]
+
+#: Most seeds (replicas) a comparison may ask for in one command.
+MAX_SEEDS = 1000
 
 EXIT_OK, EXIT_INFEASIBLE, EXIT_INPUT, EXIT_BACKEND = 0, 1, 2, 3
 
@@ -33,6 +40,51 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         raise SystemExit(EXIT_INPUT)
+
+
+def _bounds(low: float | None, high: float | None, strict: bool = False) -> str:
+    if low is not None and high is not None:
+        return f"in {low:g}..{high:g}"
+    if low is not None:
+        return f"{'>' if strict else '>='} {low:g}"
+    return f"<= {high:g}" if high is not None else ""
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in [``minimum``, ``maximum``] (either end open when
+    ``None``), or a one-line usage error that names the flag, the range and the value."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(
+                f"expected an integer {_bounds(minimum, maximum)}, got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+def number(minimum: float | None = None, positive: bool = False) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number, > 0 when ``positive``, else >= ``minimum`` when
+    given; or a one-line usage error that names the flag, the rule and the value."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        if (positive and value <= 0) or (minimum is not None and value < minimum):
+            rule = _bounds(0.0, None, strict=True) if positive else _bounds(minimum, None)
+            raise argparse.ArgumentTypeError(f"expected a number {rule}, got {text!r}")
+        return value
+
+    return parse
 
 
 def stderr_console(quiet: bool) -> Any:

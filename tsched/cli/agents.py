@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from tsched.cli._common import EXIT_OK
+from tsched.cli._common import EXIT_OK, MAX_SEEDS, integer, number
 from tsched.errors import InputError
 
 __all__ = ["add_parsers"]
@@ -318,10 +318,10 @@ def add_parsers(sub: Any) -> None:
         metavar="PRESET|FILE",
         help="engine-profile/v1 file or preset (mocker, prefill-heavy; default mocker)",
     )
-    s.add_argument("--replicas", type=int, required=True, help="engine replicas")
+    s.add_argument("--replicas", type=integer(1), required=True, help="engine replicas")
     s.add_argument(
         "--capacity-tokens",
-        type=int,
+        type=integer(1),
         required=True,
         metavar="N",
         help="KV capacity of each replica, tokens",
@@ -332,16 +332,18 @@ def add_parsers(sub: Any) -> None:
         metavar="A,B,…",
         help=f"agentic policies: {', '.join(POLICIES)}",
     )
-    s.add_argument("--seeds", type=int, default=3, help="runs per policy (default 3)")
+    s.add_argument(
+        "--seeds", type=integer(1, MAX_SEEDS), default=3, help="runs per policy (default 3)"
+    )
     s.add_argument(
         "--concurrency",
         metavar="C1,C2,…",
         help="sweep programs in flight (closed loop); programs scale alike",
     )
-    s.add_argument("--programs", type=int, default=None, help="programs per run (override)")
+    s.add_argument("--programs", type=integer(1), default=None, help="programs per run (override)")
     s.add_argument(
         "--duration",
-        type=float,
+        type=number(positive=True),
         default=None,
         metavar="S",
         help="stop each run after S simulated seconds",
@@ -371,13 +373,13 @@ def add_parsers(sub: Any) -> None:
     )
     v.add_argument(
         "--replicas",
-        type=int,
+        type=integer(1),
         metavar="N",
         help="with --dynamo-frontend: wait until N serving workers are listed",
     )
     v.add_argument(
         "--discovery-timeout",
-        type=float,
+        type=number(positive=True),
         default=60.0,
         metavar="S",
         help="with --dynamo-frontend: seconds to wait for the workers (default 60)",
@@ -394,7 +396,9 @@ def add_parsers(sub: Any) -> None:
         "--policy", default="tsched", help=f"one of {', '.join(POLICIES)} (default tsched)"
     )
     v.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    v.add_argument("--port", type=int, default=8300, help="listen port (default 8300)")
+    v.add_argument(
+        "--port", type=integer(0, 65535), default=8300, help="listen port (default 8300)"
+    )
     v.add_argument(
         "--capacity-tokens",
         metavar="N[,N…]",
@@ -407,10 +411,12 @@ def add_parsers(sub: Any) -> None:
         metavar="PRESET|FILE",
         help="engine-profile/v1 of the replicas, for tsched's cost model",
     )
-    v.add_argument("--tick", type=float, default=5.0, help="scheduler tick, s (default 5)")
+    v.add_argument(
+        "--tick", type=number(positive=True), default=5.0, help="scheduler tick, s (default 5)"
+    )
     v.add_argument(
         "--idle-ttl",
-        type=float,
+        type=number(minimum=0.0),
         default=600.0,
         help="tsched: release a program idle this long, s (0: never; default 600)",
     )
@@ -419,10 +425,12 @@ def add_parsers(sub: Any) -> None:
         metavar="PATH",
         help="require 'Authorization: Bearer <token>' with the token in this file",
     )
-    v.add_argument("--max-body-mb", type=float, default=8.0, help="largest request body, MiB")
+    v.add_argument(
+        "--max-body-mb", type=number(positive=True), default=8.0, help="largest request body, MiB"
+    )
     v.add_argument(
         "--backend-timeout",
-        type=float,
+        type=number(positive=True),
         default=600.0,
         help="seconds a backend call may take (default 600)",
     )
@@ -444,12 +452,14 @@ def add_parsers(sub: Any) -> None:
         help="a service's base URL, optionally named (repeat: arms of one run)",
     )
     b.add_argument("--out", required=True, metavar="DIR")
-    b.add_argument("--seeds", type=int, default=1, help="runs per arm (default 1)")
-    b.add_argument("--concurrency", type=int, default=None, help="programs in flight")
-    b.add_argument("--programs", type=int, default=None, help="programs per run")
+    b.add_argument(
+        "--seeds", type=integer(1, MAX_SEEDS), default=1, help="runs per arm (default 1)"
+    )
+    b.add_argument("--concurrency", type=integer(1), default=None, help="programs in flight")
+    b.add_argument("--programs", type=integer(1), default=None, help="programs per run")
     b.add_argument(
         "--duration",
-        type=float,
+        type=number(positive=True),
         default=None,
         metavar="S",
         help="stop starting calls after S seconds",
@@ -469,7 +479,7 @@ def add_parsers(sub: Any) -> None:
         "default), a one-token call with x-dynamo-session-final (Dynamo's ThunderAgent router), "
         "or none (a plain frontend)",
     )
-    b.add_argument("--timeout", type=float, default=600.0, help="seconds per call")
+    b.add_argument("--timeout", type=number(positive=True), default=600.0, help="seconds per call")
     b.add_argument("--no-plots", action="store_true")
     b.add_argument("--json", action="store_true", help="print summary.json on stdout")
     b.add_argument("--quiet", action="store_true")

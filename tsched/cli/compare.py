@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from tsched.cli._common import MAX_SEEDS, integer, number
 from tsched.errors import InputError
 
 __all__ = ["add_parsers"]
@@ -247,27 +248,33 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--admission", default="any", choices=ADMISSIONS,
                    help="any: start when enough GPUs are free anywhere (default); compact: one "
                    "node for a job that fits one, whole nodes for larger ones")  # fmt: skip
-    p.add_argument("--seeds", type=int, default=1, help="seeds per policy (default 1)")
+    p.add_argument(
+        "--seeds", type=integer(1, MAX_SEEDS), default=1, help="seeds per policy (default 1)"
+    )
     p.add_argument("--budgets", metavar="T=W,…", help="fair-share budgets (tenant or "
                    "tenant/project)")  # fmt: skip
-    p.add_argument("--window", type=float, default=6 * 3600.0, help="fair-share window, s")
-    p.add_argument("--min-runtime", type=float, default=600.0,
+    p.add_argument(
+        "--window", type=number(positive=True), default=6 * 3600.0, help="fair-share window, s"
+    )
+    p.add_argument("--min-runtime", type=number(minimum=0.0), default=600.0,
                    help="protected runtime before preemption, s")  # fmt: skip
     p.add_argument("--no-preemption", action="store_true", help="fair share never preempts")
-    p.add_argument("--time-limit", type=float, default=1.0, help="seconds per placement solve")
-    p.add_argument("--limit", type=int, default=None, help="first N jobs of the trace")
+    p.add_argument(
+        "--time-limit", type=number(positive=True), default=1.0, help="seconds per placement solve"
+    )
+    p.add_argument("--limit", type=integer(1), default=None, help="first N jobs of the trace")
     p.add_argument("--jobmodel", metavar="JSON", help="job model (jobmodel/v1) to use")
     p.add_argument("--ray", action="store_true", help="run the sweep as Ray tasks")
     p.add_argument("--live", action="store_true", help="run the jobs for real on the Ray "
                    "cluster (--address) whose model is --cluster")  # fmt: skip
-    p.add_argument("--time-scale", type=float, default=0.001,
+    p.add_argument("--time-scale", type=number(positive=True), default=0.001,
                    help="--live: scale submit times and durations (default 0.001)")  # fmt: skip
     p.add_argument("--address", default=None,
                    help="Ray address (--ray default: a local one; --live: the sandbox's, "
                         "else auto)")  # fmt: skip
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--placements", metavar="CSV", help="calibrate: measured step times")
-    p.add_argument("--fit-max-nodes", type=int, default=1,
+    p.add_argument("--fit-max-nodes", type=integer(1), default=1,
                    help="calibrate: fit applications on rows spanning <= K nodes")  # fmt: skip
     p.add_argument("--network", default="loo", choices=("loo", "fixed"),
                    help="calibrate: fit the network leaving each application out (loo) or "

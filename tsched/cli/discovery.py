@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tsched.cli._common import integer, number
+from tsched.cluster import MAX_NODE_GPUS
 from tsched.errors import DiscoveryError, InputError
 
 __all__ = ["add_parsers", "CONVERT_FORMATS"]
@@ -289,13 +291,18 @@ def _hardware_args(p: argparse.ArgumentParser) -> None:
     d = HARDWARE_DEFAULTS
     g = p.add_argument_group("node hardware (formats that do not describe GPUs)")
     g.add_argument(
-        "--gpus", type=int, default=d["gpus"], help=f"GPUs per node (default {d['gpus']})"
+        "--gpus",
+        type=integer(1, MAX_NODE_GPUS),
+        default=d["gpus"],
+        help=f"GPUs per node (default {d['gpus']})",
     )
     g.add_argument(
         "--gpu-model", default=d["gpu_model"], help=f"GPU model (default {d['gpu_model']})"
     )
-    g.add_argument("--memory-gb", type=float, default=d["memory_gb"], help="memory per GPU")
-    g.add_argument("--intra-gbps", type=float, default=d["intra_gbps"],
+    g.add_argument(
+        "--memory-gb", type=number(minimum=0.0), default=d["memory_gb"], help="memory per GPU"
+    )
+    g.add_argument("--intra-gbps", type=number(positive=True), default=d["intra_gbps"],
                    help=f"intra-node GB/s per direction ({d['intra_gbps']:g})")  # fmt: skip
     g.add_argument("--host", default=d["host"], help="node name (nvidia-smi, local)")
 
@@ -320,12 +327,16 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--address", default=None, help="Ray address (default: the sandbox's, else auto)"
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="per-node probe timeout (ray)")
+    p.add_argument(
+        "--timeout", type=number(positive=True), default=60.0, help="per-node probe timeout (ray)"
+    )
     p.add_argument("--mapping", metavar="YAML", help="node → {level: group} (ray)")
     p.add_argument("--allow-failed", action="store_true", help="write even if nodes failed")
     p.add_argument("--measure", action="store_true", help="probe links per level (ray)")
-    p.add_argument("--max-bytes", type=int, default=64 << 20, help="per probe direction")
-    p.add_argument("--max-seconds", type=float, default=5.0, help="per probe direction")
+    p.add_argument("--max-bytes", type=integer(1), default=64 << 20, help="per probe direction")
+    p.add_argument(
+        "--max-seconds", type=number(positive=True), default=5.0, help="per probe direction"
+    )
     _hardware_args(p)
     p.set_defaults(func=cmd_inventory)
 

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from tsched.cli._common import number
 from tsched.errors import InputError
 
 __all__ = ["add_parsers"]
@@ -94,9 +95,11 @@ def add_parsers(sub: Any) -> None:
     )
     q.add_argument("--plan", help="use this plan instead of planning")
     q.add_argument("--method", default="auto", help="solver when planning (default auto)")
-    q.add_argument("--time-limit", type=float, default=10.0, help="solver time, s")
+    q.add_argument("--time-limit", type=number(positive=True), default=10.0, help="solver time, s")
     q.add_argument("--workdir", default=None, help="receipts, logs, discovery files")
-    q.add_argument("--timeout", type=float, default=None, help="health-gate limit, s")
+    q.add_argument(
+        "--timeout", type=number(positive=True), default=None, help="health-gate limit, s"
+    )
     q.add_argument("--quiet", action="store_true")
     q.set_defaults(func=cmd_up)
     actions = (

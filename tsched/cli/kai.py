@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from tsched.cli._common import integer, number
 from tsched.errors import ExecutorError
 
 __all__ = ["add_parsers"]
@@ -163,7 +164,9 @@ def add_parsers(sub: Any) -> None:
         q.add_argument("--image", default=None, help="container image")
         q.add_argument("--name", default=None, help="job name (default: from the plan)")
         q.add_argument("--priority-class", default=None, help="priorityClassName")
-        q.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
+        q.add_argument(
+            "--master-port", type=integer(1, 65535), default=29500, help="rendezvous port"
+        )
         q.add_argument(
             "--gpu-pinning",
             choices=GPU_PINNING,
@@ -193,7 +196,7 @@ def add_parsers(sub: Any) -> None:
     plan_args(q)
     api_args(q)
     q.add_argument("--wait", action="store_true", help="watch until the job ends")
-    q.add_argument("--timeout", type=float, default=3600.0, help="--wait limit, s")
+    q.add_argument("--timeout", type=number(positive=True), default=3600.0, help="--wait limit, s")
     q.add_argument("--skip-preflight", action="store_true", help="submit without checks")
     q.add_argument("--quiet", action="store_true", help="no progress on stderr")
     q.set_defaults(func=cmd_submit)

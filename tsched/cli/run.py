@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from tsched.cli._common import integer, number
 from tsched.errors import InputError
 
 __all__ = ["add_parsers"]
@@ -89,9 +90,9 @@ def add_parsers(sub: Any) -> None:
     r.add_argument(
         "--address", default=None, help="Ray address (default: the sandbox's, else auto)"
     )
-    r.add_argument("--reservation-timeout", type=float, default=60.0, metavar="S")
-    r.add_argument("--execution-timeout", type=float, default=None, metavar="S")
-    r.add_argument("--master-port", type=int, default=29500)
+    r.add_argument("--reservation-timeout", type=number(positive=True), default=60.0, metavar="S")
+    r.add_argument("--execution-timeout", type=number(positive=True), default=None, metavar="S")
+    r.add_argument("--master-port", type=integer(1, 65535), default=29500)
     r.add_argument("--json", action="store_true")
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(cmd_argv=[])  # what follows `--` on the command line (see tsched.cli.main)

@@ -7,7 +7,13 @@ import argparse
 import json
 from typing import Any
 
-from tsched.cli._common import EXIT_INFEASIBLE, EXIT_OK, add_cluster_argument, stderr_console
+from tsched.cli._common import (
+    EXIT_INFEASIBLE,
+    EXIT_OK,
+    add_cluster_argument,
+    integer,
+    stderr_console,
+)
 
 __all__ = ["add_parsers"]
 
@@ -115,7 +121,7 @@ def add_parsers(sub: Any) -> None:
     add_cluster_argument(q)
     q.add_argument(
         "--max-nodes",
-        type=int,
+        type=integer(1),
         default=DEFAULT_MAX_NODES,
         metavar="N",
         help=f"refuse models with more nodes (default {DEFAULT_MAX_NODES})",

@@ -14,6 +14,8 @@ from tsched.cli._common import (
     EXIT_INFEASIBLE,
     EXIT_OK,
     add_cluster_argument,
+    integer,
+    number,
     parse_options,
     result_line,
     stderr_console,
@@ -285,12 +287,12 @@ def add_parsers(sub: Any) -> None:
         )
         p.add_argument(
             "--time-limit",
-            type=float,
+            type=number(positive=True),
             default=None,
             metavar="S",
             help="time budget in seconds (default for auto: the whole command within 10 s)",
         )
-        p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        p.add_argument("--seed", type=integer(0), default=0, help="random seed (default 0)")
         p.add_argument(
             "--option",
             action="append",
@@ -329,7 +331,7 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument(
         "--max-age",
-        type=float,
+        type=number(positive=True),
         default=None,
         metavar="HOURS",
         help="refuse measured link figures older than this",

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers.registry import SolverOutput, register
+from tsched.solvers.registry import Assignment, Count, SolverOutput, register
 from tsched.solvers.tabu import MAX_LOCATIONS, prepare_search, run_chunks, start_permutation
 
 __all__ = ["anneal", "calibrate_temperature"]
@@ -54,6 +54,7 @@ def calibrate_temperature(sub: Any, seed: int, samples: int = 500) -> tuple[floa
         "hint": "a starting assignment (default: greedy; raw QAPs: the better of greedy and FAQ)",
         "max_locations": f"sub-problem size (default {MAX_LOCATIONS})",
     },
+    kinds={"iterations": Count(1), "hint": Assignment(), "max_locations": Count(1)},
 )
 def anneal(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]

@@ -21,7 +21,7 @@ import numpy as np
 
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.bounds import min_scalar_products
-from tsched.solvers.registry import SolverOutput, get_solver, register
+from tsched.solvers.registry import Assignment, Count, SolverOutput, get_solver, register
 
 __all__ = ["bnb", "reference_branch_and_bound"]
 
@@ -59,6 +59,7 @@ def _dense(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.ndarra
         "hint": "a starting assignment (array of locations) to use as incumbent",
         "node_budget": f"nodes per kernel call between time checks (default {NODE_BUDGET})",
     },
+    kinds={"hint": Assignment(), "node_budget": Count(1)},
 )
 def bnb(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]

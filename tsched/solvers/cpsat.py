@@ -33,7 +33,7 @@ import numpy as np
 
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
-from tsched.solvers.registry import SolverOutput, keep_better, register
+from tsched.solvers.registry import Assignment, Count, Flag, SolverOutput, keep_better, register
 
 __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
 
@@ -66,6 +66,12 @@ _OPTIONS = {
     extra="all",
     description="OR-Tools CP-SAT: hierarchical worker->node model or flat QAP model",
     options=_OPTIONS,
+    kinds={
+        "workers": Count(1, 64),
+        "hint": Assignment(),
+        "symmetry_breaking": Flag(),
+        "independent": Flag(),
+    },
 )
 def cpsat(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]

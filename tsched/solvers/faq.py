@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers.registry import SolverOutput, register
+from tsched.solvers.registry import Count, SolverOutput, register
 
 __all__ = ["faq", "faq_best"]
 
@@ -55,6 +55,7 @@ def faq_best(
     baseline=True,
     description="scipy FAQ (Frank-Wolfe on the relaxation), best of k randomised starts",
     options={"starts": "randomised starts (default 10)"},
+    kinds={"starts": Count(1, 100_000)},
 )
 def faq(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]

@@ -30,7 +30,7 @@ import scipy.sparse as sp
 
 from tsched.problem import PlacementProblem, objective, swap_deltas_dense
 from tsched.solvers.baselines import domain_columns
-from tsched.solvers.registry import SolverOutput, register
+from tsched.solvers.registry import Count, Flag, SolverOutput, register
 
 __all__ = [
     "greedy",
@@ -54,6 +54,7 @@ _OPTIONS = {
     "greedy",
     description="topology-aware domain choice + traffic graph growing + swaps",
     options=_OPTIONS,
+    kinds={"refine": Flag(), "max_refine_locations": Count(0), "candidates": Count(1)},
 )
 def greedy(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]

@@ -40,7 +40,7 @@ from tsched.errors import InputError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.baselines import domain_columns
 from tsched.solvers.greedy import candidate_sets, construct_dense, local_search
-from tsched.solvers.registry import SolverOutput, register
+from tsched.solvers.registry import Count, Flag, SolverOutput, register
 
 __all__ = ["hierarchical", "partition", "sparse_refine", "nested_keys", "PARTITIONERS"]
 
@@ -385,6 +385,7 @@ def _kick(
         "kicks": "iterated local search rounds after the descent (default: until the time "
         "limit when one is given, else none; -1: until the time limit)",
     },
+    kinds={"refine": Flag(), "kicks": Count(-1)},
 )
 def hierarchical(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]

@@ -28,7 +28,7 @@ import numpy as np
 from tsched.errors import InputError, SolverError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
-from tsched.solvers.registry import SolverOutput, keep_better, register
+from tsched.solvers.registry import Assignment, Flag, SolverOutput, keep_better, register
 
 __all__ = ["milp", "BACKENDS"]
 
@@ -55,6 +55,7 @@ FLAT_LIMIT = 10
         "independent": "prove without tsched's lower bounds: no early stop, no cut on the "
         "objective (a check on the bounds; default false)",
     },
+    kinds={"hint": Assignment(), "independent": Flag()},
 )
 def milp(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]

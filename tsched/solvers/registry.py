@@ -64,6 +64,89 @@ class SolverOutput:
 SolverFn = Callable[..., SolverOutput]
 
 
+class OptionKind:
+    """How :func:`validate_options` reads one option's value: ``read(method, key, value)``
+    returns it converted, or raises :class:`InputError` naming the method, the option, the bad
+    value and what was expected."""
+
+    expected = ""
+
+    def read(self, method: str, key: str, value: Any) -> Any:
+        raise NotImplementedError
+
+    def fail(self, method: str, key: str, value: Any) -> InputError:
+        return InputError(f"method {method!r}: option {key}={value!r} must be {self.expected}")
+
+
+@dataclass(frozen=True)
+class Count(OptionKind):
+    """An integer in [``minimum``, ``maximum``] (a whole float such as the command line's
+    ``1e3`` counts)."""
+
+    minimum: int
+    maximum: int | None = None
+
+    @property
+    def expected(self) -> str:  # type: ignore[override]
+        top = f"..{self.maximum}" if self.maximum is not None else " or more"
+        return f"an integer {self.minimum}{top}"
+
+    def read(self, method: str, key: str, value: Any) -> int:
+        number: Any = value
+        if isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise self.fail(method, key, value) from None
+        if isinstance(number, bool) or not isinstance(number, int | float | np.integer):
+            raise self.fail(method, key, value)
+        if not math.isfinite(number) or number != int(number):
+            raise self.fail(method, key, value)
+        count = int(number)
+        if count < self.minimum or (self.maximum is not None and count > self.maximum):
+            raise self.fail(method, key, value)
+        return count
+
+
+@dataclass(frozen=True)
+class Flag(OptionKind):
+    """``true`` or ``false`` (a boolean, or its name)."""
+
+    expected = "true or false"
+
+    def read(self, method: str, key: str, value: Any) -> bool:
+        if isinstance(value, bool | np.bool_):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise self.fail(method, key, value)
+
+
+@dataclass(frozen=True)
+class Assignment(OptionKind):
+    """A location per worker: a sequence of integers, or their list ``0,5,3`` as text
+    (checked against the problem when it is solved)."""
+
+    expected = "a location per worker, integers (e.g. hint=0,1,2,3)"
+
+    def read(self, method: str, key: str, value: Any) -> np.ndarray:
+        items = value.split(",") if isinstance(value, str) else value
+        if isinstance(items, int | np.integer) and not isinstance(items, bool):
+            items = [items]
+        try:
+            plan = np.asarray(items)
+        except (TypeError, ValueError):
+            raise self.fail(method, key, value) from None
+        if plan.dtype.kind in "US":
+            try:
+                plan = np.array([int(str(x).strip()) for x in plan.ravel()])
+            except ValueError:
+                raise self.fail(method, key, value) from None
+        if plan.ndim != 1 or not len(plan) or plan.dtype.kind not in "iu":
+            raise self.fail(method, key, value)
+        return plan.astype(np.int64)
+
+
 @dataclass(frozen=True, slots=True)
 class SolverInfo:
     """A registered solver and what it can do."""
@@ -78,6 +161,7 @@ class SolverInfo:
     extra: str = ""
     options: Mapping[str, str] = field(default_factory=dict)
     baseline: bool = False
+    kinds: Mapping[str, OptionKind] = field(default_factory=dict)
 
     def installed(self) -> bool:
         """True when every required module can be found (checked without importing it)."""
@@ -98,8 +182,13 @@ def register(
     extra: str = "",
     options: Mapping[str, str] | None = None,
     baseline: bool = False,
+    kinds: Mapping[str, OptionKind] | None = None,
 ) -> Callable[[SolverFn], SolverFn]:
-    """Decorator: register ``fn`` as solver ``name``. ``options`` maps option keys to help."""
+    """Decorator: register ``fn`` as solver ``name``. ``options`` maps option keys to help,
+    ``kinds`` some of them to how their values are read (:class:`Count`, :class:`Flag`,
+    :class:`Assignment`); the solver reads the others itself."""
+    unknown = set(kinds or {}) - set(options or {})
+    assert not unknown, f"{name}: kinds for undocumented options {sorted(unknown)}"
 
     def deco(fn: SolverFn) -> SolverFn:
         _REGISTRY[name] = SolverInfo(
@@ -113,6 +202,7 @@ def register(
             extra,
             dict(options or {}),
             baseline,
+            dict(kinds or {}),
         )
         return fn
 
@@ -163,7 +253,8 @@ def keep_better(problem: PlacementProblem, out: SolverOutput, start: np.ndarray)
 
 
 def validate_options(info: SolverInfo, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Reject option keys the solver does not know, listing the valid ones."""
+    """Reject option keys the solver does not know, listing the valid ones, and values its
+    :class:`OptionKind` refuses; returns the options with those values converted."""
     options = dict(options or {})
     unknown = sorted(set(options) - set(info.options))
     if unknown:
@@ -171,6 +262,9 @@ def validate_options(info: SolverInfo, options: Mapping[str, Any] | None) -> dic
         raise InputError(
             f"method {info.name!r}: unknown option {unknown[0]!r} (valid options: {valid})"
         )
+    for key, kind in info.kinds.items():
+        if key in options:
+            options[key] = kind.read(info.name, key, options[key])
     return options
 
 
@@ -262,6 +356,11 @@ def solve(
             seed=seed,
             problem=problem,
         )
+    if opts.get("hint") is not None:
+        try:
+            opts["hint"] = check_assignment(problem, opts["hint"])
+        except InputError as exc:
+            raise InputError(f"method {method!r}: option hint: {exc}") from None
     try:
         out = info.fn(problem, time_limit=time_limit, seed=seed, options=opts)
     except (InputError, SolverNotAvailableError, SolverError):

@@ -33,7 +33,7 @@ from tsched.problem import PlacementProblem
 from tsched.solvers.bounds import best_bound
 from tsched.solvers.faq import faq_best
 from tsched.solvers.greedy import SubProblem, construct_cluster, construct_dense, subproblem
-from tsched.solvers.registry import SolverOutput, register
+from tsched.solvers.registry import Assignment, Count, SolverOutput, register
 
 __all__ = ["tabu", "SubProblem", "subproblem", "run_chunks"]
 
@@ -537,6 +537,12 @@ def _perturb(perm: np.ndarray, n_real: int, rng: np.random.Generator, count: int
         "cross": "share of the chunks without gain that start from a crossover of two of the "
         "search's best plans instead of a jump: one for every thread, or one per thread in turn "
         "(default {})".format(",".join(f"{x:g}" for x in CROSS)),
+    },
+    kinds={
+        "iterations": Count(1),
+        "hint": Assignment(),
+        "max_locations": Count(1),
+        "threads": Count(1, 64),
     },
 )
 def tabu(
