@@ -123,6 +123,11 @@ nodes:
         ),
         ("leaf: {bandwidth: 50}", "leaf: {bandwidth: 0}", r"links\.leaf\.bandwidth: must be > 0"),
         (
+            "leaf: {bandwidth: 50}",
+            "leaf: {bandwidth: 1e-300}",
+            r"links\.leaf\.bandwidth: must be .*GB/s, 1e-06\.\.1e\+09, got 1e-300",
+        ),
+        (
             "{name: b, type: box,",
             "{name: b, type: rack,",
             r"nodes\[1\]\.type: undefined node type 'rack' \(defined: box\)",
@@ -167,6 +172,11 @@ def test_bad_cluster_input(old: str, new: str, message: str) -> None:
     assert old in BASE
     with pytest.raises(InputError, match=message):
         parse_cluster_text(BASE.replace(old, new, 1), "t.yaml")
+
+
+def test_numbers_with_an_exponent_are_numbers() -> None:
+    cluster = parse_cluster_text(BASE.replace("{bandwidth: 450}", "{bandwidth: 4.5e2}"), "t.yaml")
+    assert cluster.links["nvlink"].bandwidth == 450.0
 
 
 def test_a_mistyped_node_count_is_refused_before_any_node_is_built() -> None:

@@ -123,7 +123,7 @@ def test_models_larger_than_max_nodes_are_refused_in_one_line(capsys, sandbox_di
                            "--max-nodes", "20")  # fmt: skip
     assert code == 2 and "has 36 nodes" in err and "at most 20" in err
     code, _, err = run_cli(capsys, "sandbox", "up", "--max-nodes", "0")
-    assert code == 2 and "--max-nodes 0: expected at least 1" in err
+    assert code == 2 and "argument --max-nodes: expected an integer >= 1, got '0'" in err
     assert not (sandbox_dir / "sandbox.json").exists()
 
 

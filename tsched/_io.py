@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,11 +16,24 @@ from tsched.errors import InputError
 T = TypeVar("T")
 
 try:  # PyYAML's C loader is ~10x faster on big model files; fall back to pure Python.
-    _Loader: type = yaml.CSafeLoader
+    _Base: type = yaml.CSafeLoader
     _Dumper: type = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _Loader = yaml.SafeLoader
+    _Base = yaml.SafeLoader
     _Dumper = yaml.SafeDumper
+
+
+class _Loader(_Base):  # type: ignore[misc, valid-type]
+    """PyYAML's safe loader, reading numbers with an exponent as YAML 1.2 does: PyYAML follows
+    YAML 1.1, where ``1e3``, ``1.0e3`` and ``+5E-2`` are strings (only ``1.0e+3`` is a float),
+    so ``bandwidth: 1e3`` would be refused as "not a number"."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

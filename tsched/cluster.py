@@ -29,6 +29,9 @@ SELF_LINK = -1
 #: Largest node count for which N × N node tables are built; larger clusters compute meet
 #: levels from the groups on demand (16,384 nodes would need 2 GiB for the float table).
 NODE_TABLE_LIMIT = 4096
+#: Range of a link's bandwidth, GB/s per direction: from a slow management network to far
+#: beyond any fabric, so that seconds per GB times traffic never leaves float range.
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1e-6, 1e9
 #: Most GPUs one node type may have (an NVLink domain of 576 GPUs modelled as one node fits).
 MAX_NODE_GPUS = 1024
 #: Most GPUs a cluster may have: 16 times the largest fabric tsched is measured on (131,072),
@@ -259,10 +262,11 @@ class Cluster:
                 "(e.g. links: {nvlink: {bandwidth: 450, latency: 2}})",
             )
         for key, link in self.links.items():
-            if not (link.bandwidth > 0) or not np.isfinite(link.bandwidth):
+            if not MIN_BANDWIDTH <= link.bandwidth <= MAX_BANDWIDTH:
                 raise fail(
                     f"links.{key}.bandwidth",
-                    f"must be a positive number of GB/s, got {link.bandwidth!r}",
+                    f"must be a positive number of GB/s, {MIN_BANDWIDTH:g}..{MAX_BANDWIDTH:g}, "
+                    f"got {link.bandwidth!r}",
                 )
             if not (link.latency >= 0):
                 raise fail(f"links.{key}.latency", f"must be >= 0 µs, got {link.latency!r}")

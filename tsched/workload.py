@@ -46,6 +46,9 @@ DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 MAX_WORKERS = 2**21
 #: Most prefill → decode pairs of a disaggregated deployment's KV-cache transfer.
 MAX_KV_PAIRS = 2**24
+#: Most GB one edge may carry, and the largest per-GPU cost in seconds: with bandwidths of at
+#: least :data:`tsched.cluster.MIN_BANDWIDTH` every objective stays far inside float range.
+MAX_TRAFFIC_GB = 1e15
 #: Largest workers × GPUs table of per-GPU costs tsched builds (8 bytes each: 256 MiB).
 GPU_COSTS_MAX_ENTRIES = 2**25
 
@@ -82,9 +85,11 @@ def canonical_traffic(
     bad = np.flatnonzero(~np.isfinite(gb))
     if len(bad):
         raise InputError(f"{source}[{bad[0]}].gb: must be a finite number of GB, got {gb[bad[0]]}")
-    bad = np.flatnonzero(gb < 0)
+    bad = np.flatnonzero((gb < 0) | (gb > MAX_TRAFFIC_GB))
     if len(bad):
-        raise InputError(f"{source}[{bad[0]}].gb: must be >= 0 GB, got {gb[bad[0]]}")
+        raise InputError(
+            f"{source}[{bad[0]}].gb: must be 0..{MAX_TRAFFIC_GB:g} GB, got {gb[bad[0]]}"
+        )
     keep = (src != dst) & (gb > 0)
     src, dst, gb = src[keep], dst[keep], gb[keep]
     key = src * workers + dst
@@ -217,8 +222,11 @@ class GpuCosts:
         if (self.matrix is None) == (self.worker is None):
             raise InputError(f"{self.source}: give either entries or a matrix")
         values = self.matrix if self.matrix is not None else self.seconds
-        if values is None or not np.all(np.isfinite(values)):
-            raise InputError(f"{self.source}: costs must be finite numbers of seconds")
+        if values is None or not np.all(np.abs(values) <= MAX_TRAFFIC_GB):
+            raise InputError(
+                f"{self.source}: costs must be finite numbers of seconds, at most "
+                f"{MAX_TRAFFIC_GB:g} in size"
+            )
 
     def check_workers(self, workers: int, name: str) -> None:
         """Every entry names a worker in 0 … workers−1 (or the matrix has ``workers`` rows)."""

@@ -31,8 +31,6 @@ CONVERT_FORMATS = (
 def _node_type(args: argparse.Namespace) -> tuple[Any, Any]:
     from tsched.formats.topology import default_node_type
 
-    if args.gpus < 1:
-        raise InputError(f"--gpus {args.gpus}: expected at least 1 GPU per node")
     node_type, link = default_node_type(args.gpus, args.gpu_model, args.intra_gbps)
     if args.memory_gb:
         from dataclasses import replace

@@ -37,6 +37,7 @@ from tsched.errors import InputError
 from tsched.formats._check import Checker, join
 from tsched.workload import (
     DEFAULT_ORDER,
+    MAX_TRAFFIC_GB,
     PARALLEL_DIMS,
     GpuCosts,
     Layout,
@@ -468,10 +469,12 @@ def _from_matrix(
     if len(bad):
         i, j = bad[0]
         raise ck.fail(f"{where}[{i}][{j}]", f"must be a finite number of GB, got {matrix[i, j]}")
-    bad = np.argwhere(matrix < 0)
+    bad = np.argwhere((matrix < 0) | (matrix > MAX_TRAFFIC_GB))
     if len(bad):
         i, j = bad[0]
-        raise ck.fail(f"{where}[{i}][{j}]", f"must be >= 0 GB, got {matrix[i, j]:g}")
+        raise ck.fail(
+            f"{where}[{i}][{j}]", f"must be 0..{MAX_TRAFFIC_GB:g} GB, got {matrix[i, j]:g}"
+        )
     if matrix.shape[0] < 1:
         raise ck.fail(where, "matrix is empty")
     return Workload.from_matrix(name, matrix, **extra)
