@@ -126,6 +126,22 @@ def test_block_round_trip_and_sizes() -> None:
     assert partition_of(back, "block36") == partition_of(nvl72, "spine")
 
 
+def test_slurm_parameter_names_are_case_insensitive(tmp_path, capsys) -> None:
+    """topology.conf(5): "Parameter names are case insensitive"."""
+    tree = (TG / "expected.slinky-oci-sim-tree.conf").read_text()
+    mixed = tree.replace("SwitchName=", "switchname=").replace("Nodes=", "NODES=")
+    assert mixed != tree
+    assert parse_tree(mixed).switches == parse_tree(tree).switches
+    blocks = "blockname=b1 nodes=n[1-4]\nBLOCKNAME=b2 Nodes=n[5-8]\nblocksizes=4,8\n"
+    assert parse_block(blocks).sizes == [4, 8] and list(parse_block(blocks).blocks) == ["b1", "b2"]
+    path = tmp_path / "topology.conf"
+    path.write_text(blocks)
+    from tsched.cli import main
+
+    assert main(["topology", "convert", str(path), "--to", "slurm-block"]) == 0
+    assert "BlockName=b1 Nodes=n[1-4]" in capsys.readouterr().out
+
+
 def test_bad_block_files() -> None:
     with pytest.raises(tsched.InputError, match="node 'n2' is in block 'b1' and 'b2'"):
         parse_block("BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[2-3]\n", "t")

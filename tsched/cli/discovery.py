@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -64,7 +65,7 @@ def read_any_cluster(path: str, args: argparse.Namespace) -> Any:
     text = p.read_text(encoding="utf-8", errors="replace")
     if "tsched: cluster/v1" in text:
         return tsched.read_cluster(p)
-    if "SwitchName=" in text or "BlockName=" in text:
+    if re.search(r"^\s*(SwitchName|BlockName)\s*=", text, re.MULTILINE | re.IGNORECASE):
         kind, topo = slurm.read_topology_conf(p)
         if kind == "block":
             return slurm.cluster_from_blocks(topo, name, str(p), node_type, link)

@@ -39,6 +39,10 @@ __all__ = [
 ]
 
 _PAIR = re.compile(r"(\w+)=(\S+)")
+#: The keys tsched reads, by their lower-case form: Slurm's parameter names are case
+#: insensitive (topology.conf(5)), so ``switchname=`` is ``SwitchName=``.
+_KEYS = {k.lower(): k for k in ("SwitchName", "Switches", "Nodes", "LinkSpeed", "BlockName",
+                                "BlockSizes")}  # fmt: skip
 
 
 def _records(text: str, source: str) -> list[tuple[int, dict[str, str], str]]:
@@ -53,7 +57,7 @@ def _records(text: str, source: str) -> list[tuple[int, dict[str, str], str]]:
             comment = line[1:].strip()
             continue
         line = line.split("#", 1)[0].strip()
-        pairs = dict(_PAIR.findall(line))
+        pairs = {_KEYS.get(key.lower(), key): value for key, value in _PAIR.findall(line)}
         leftover = _PAIR.sub("", line).strip()
         if leftover or not pairs:
             raise InputError(f"{source}:{k}: expected KEY=VALUE pairs, got {raw.strip()!r}")
@@ -243,6 +247,6 @@ def blocks_from_cluster(cluster: Cluster) -> BlockTopology:
 def read_topology_conf(path: str | os.PathLike[str]) -> tuple[str, SwitchTree | BlockTopology]:
     """Read a ``topology.conf`` of either plugin: ("tree", tree) or ("block", blocks)."""
     text = read_text(path, "Slurm topology.conf")
-    if re.search(r"^\s*BlockName\s*=", text, re.MULTILINE):
+    if re.search(r"^\s*BlockName\s*=", text, re.MULTILINE | re.IGNORECASE):
         return "block", parse_block(text, str(path))
     return "tree", parse_tree(text, str(path))
