@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import DATA
@@ -99,12 +101,56 @@ def test_pcie_server_gives_a_priced_intra_matrix() -> None:
             PCIE_ONLY.replace("GPU1    PIX      X      SYS", "GPU1    PXB      X      SYS"),
             "inconsistent matrix: GPU0→GPU1 is PIX but GPU1→GPU0 is PXB",
         ),
-        (PCIE_ONLY + "garbage line here\n", ":6: expected a row starting GPU# or NIC#"),
+        (
+            PCIE_ONLY + "garbage line here\n",
+            ":6: expected a row of a device the header names (GPU0, GPU1, GPU2, GPU3), got",
+        ),
     ],
 )
 def test_bad_input_names_the_line(text: str, message: str) -> None:
-    with pytest.raises(tsched.InputError, match=message.replace("(", r"\(")):
+    with pytest.raises(tsched.InputError, match=re.escape(message)):
         parse_topo(text, "topo.txt")
+
+
+# The layout of older drivers (as on a DGX-1): NICs named by their devices, rows and columns,
+# and a legend without the NIC map
+DEVICE_NAMED_NICS = """\
+        GPU0    GPU1    GPU2    GPU3    mlx5_0  mlx5_1  CPU Affinity
+GPU0     X      NV1     NV2     SYS     PIX     SYS     0-19,40-59
+GPU1    NV1      X      SYS     NV2     PHB     SYS     0-19,40-59
+GPU2    NV2     SYS      X      NV1     SYS     PIX     20-39,60-79
+GPU3    SYS     NV2     NV1      X      SYS     PHB     20-39,60-79
+mlx5_0  PIX     PHB     SYS     SYS      X      SYS
+mlx5_1  SYS     SYS     PIX     PHB     SYS      X
+
+Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes
+  NV#  = Connection traversing a bonded set of # NVLinks
+"""
+
+
+def test_nics_named_by_their_devices_as_older_drivers_print_them() -> None:
+    topo = parse_topo(DEVICE_NAMED_NICS)
+    assert topo.gpus == ("GPU0", "GPU1", "GPU2", "GPU3") and topo.nics == ("mlx5_0", "mlx5_1")
+    assert topo.links[0] == ("X", "NV1", "NV2", "SYS") and topo.cpu_affinity[3] == "20-39,60-79"
+    cluster = cluster_from_topo(topo, "dgx1", gpu_model="V100")
+    nt = cluster.node_types["node"]
+    assert nt.nic_affinity == (("mlx5_0",), ("mlx5_0",), ("mlx5_1",), ("mlx5_1",))
+    assert cluster.links["NV2"].bandwidth == 50.0
+
+
+def test_a_machine_with_one_gpu_is_a_cluster_of_one_gpu(tmp_path) -> None:
+    text = "\tGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \t0-15\t0\t\tN/A\n"
+    cluster = cluster_from_topo(parse_topo(text), "one", gpu_model="L4")
+    assert cluster.n_gpus == 1 and not cluster.links
+    from tsched.formats.cluster_yaml import read_cluster, write_cluster
+
+    write_cluster(cluster, tmp_path / "one.yaml")
+    back = read_cluster(tmp_path / "one.yaml")
+    problem = tsched.PlacementProblem.build(back, Workload.from_edges("w", 1, []))
+    assert tsched.solve(problem).status == "optimal"
 
 
 def test_nic_affinity_is_kept_in_the_cluster_file(tmp_path) -> None:

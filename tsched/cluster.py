@@ -255,7 +255,8 @@ class Cluster:
 
         if len(self.links) > 120:
             raise fail("links", f"at most 120 link classes are supported, got {len(self.links)}")
-        if not self.links:
+        lone_gpu = len(self.nodes) <= 1 and all(nt.gpus == 1 for nt in self.node_types.values())
+        if not self.links and not lone_gpu:  # one GPU alone has no pair to join
             raise fail(
                 "links",
                 "at least one link class is required "

@@ -13,8 +13,9 @@ The matrix uses these tokens (nvidia-smi's own legend):
 =========  ==================================================================================
 
 The reader accepts tab- or space-separated output, ANSI escape codes (nvidia-smi underlines the
-header on a terminal), NIC rows and the NIC legend, empty trailing cells, and the older layout
-without a ``GPU NUMA ID`` column or without NIC rows. Anything else — a row with missing cells,
+header on a terminal), NIC rows and the NIC legend, empty trailing cells, and the older layouts:
+without a ``GPU NUMA ID`` column, without NIC rows, and with NICs named by their devices
+(``mlx5_0``) instead of ``NIC0`` and a legend. Anything else — a row with missing cells,
 an unknown token, an asymmetric GPU matrix, a GPU row missing — is an :class:`InputError` naming
 the line.
 
@@ -50,7 +51,9 @@ __all__ = [
 ]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_DEVICE = re.compile(r"^(GPU|NIC)(\d+)$")
+_GPU = re.compile(r"^GPU\d+$")
+#: The named columns after the device matrix, in the order nvidia-smi prints them.
+_TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NV = re.compile(r"^NV(\d+)$")
 _LINKISH = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _AFFINITY = re.compile(r"^(\d[\d,\-]*|N/A)$")
@@ -135,10 +138,12 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
     if head is None:
         raise InputError(f"{source}: no header line with GPU0 (is this `nvidia-smi topo -m`?)")
     columns = _header_columns(lines[head])
-    devices = [c for c in columns if _DEVICE.match(c)]
-    trailing = [c for c in columns if not _DEVICE.match(c)]
-    gpu_cols = [c for c in devices if c.startswith("GPU")]
-    nic_cols = [c for c in devices if c.startswith("NIC")]
+    # device columns lead (GPUs, then NICs: NIC0 … or, from older drivers, the devices' own
+    # names such as mlx5_0); then the named columns (CPU Affinity, …), which have spaces
+    lead = next((k for k, c in enumerate(columns) if c in _TRAILING or " " in c), len(columns))
+    devices, trailing = columns[:lead], columns[lead:]
+    gpu_cols = [c for c in devices if _GPU.match(c)]
+    nic_cols = [c for c in devices if not _GPU.match(c)]
     if devices != gpu_cols + nic_cols:
         raise InputError(f"{source}:{head + 1}: header lists NIC columns before GPU columns")
     rows: dict[str, tuple[list[str], list[str]]] = {}
@@ -159,9 +164,10 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
             continue
         cells = _cells(line)
         label = cells[0] if cells else ""
-        if not _DEVICE.match(label):
+        if label not in devices:
             raise InputError(
-                f"{source}:{k + 1}: expected a row starting GPU# or NIC#, got {stripped[:40]!r}"
+                f"{source}:{k + 1}: expected a row of a device the header names "
+                f"({', '.join(devices)}), got {stripped[:40]!r}"
             )
         values = [c for c in cells[1:] if c != ""]
         link_like = 0
@@ -297,5 +303,5 @@ def cluster_from_topo(
         node_types={node_type.name: node_type},
         nodes=(Node(host, node_type.name, gpu_uuids=tuple(gpu_uuids)),),
         source="nvidia-smi topo -m",
-        description=f"from nvidia-smi topo -m; link figures {notes}",
+        description="from nvidia-smi topo -m" + (f"; link figures {notes}" if notes else ""),
     )
