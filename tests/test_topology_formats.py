@@ -289,6 +289,21 @@ def test_a_node_list_with_only_tier_0_and_mixed_gpu_counts() -> None:
     assert back["l40s-a"] == {"fabric.topograph.run/tier-0": "lldp-66778899aabb"}
 
 
+def test_a_node_list_as_kubectl_writes_it_in_yaml_reads_like_the_json(tmp_path, capsys) -> None:
+    import yaml
+
+    source = TG / "nodes-domain-subdomain-3tiers.json"
+    path = tmp_path / "nodes.yaml"
+    path.write_text(yaml.safe_dump(json.loads(source.read_text())))
+    a, b = read_nodes_json(source), read_nodes_json(path)
+    assert a.levels == b.levels and [n.at for n in a.nodes] == [n.at for n in b.nodes]
+    from tsched.cli import main
+
+    assert main(["topology", "convert", str(path), "--to", "slurm-tree"]) == 0
+    assert "SwitchName=" in capsys.readouterr().out
+    assert main(["inventory", "topograph", str(path)]) == 0
+
+
 def test_the_labellers_tier_0_and_1_with_a_hashed_switch_id() -> None:
     cluster = read_nodes_json(TG / "nodes-tier0-tier1-hashed.json")
     assert cluster.levels == ("leaf", "spine")

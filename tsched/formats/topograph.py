@@ -140,6 +140,15 @@ def read_model(path: str | os.PathLike[str]) -> SwitchTree:
     return parse_model(load_yaml_text(read_text(path, "Topograph model"), str(path)), str(path))
 
 
+def is_node_list(path: str | os.PathLike[str]) -> bool:
+    """Whether a YAML file is a Kubernetes List (``kubectl get nodes -o yaml``) rather than a
+    Topograph model (a cheap look at its top-level keys; the readers check the rest)."""
+    text = read_text(path, "Topograph model or kubectl nodes list")
+    return bool(re.search(r"^kind:\s*List\s*$", text, re.MULTILINE)) and bool(
+        re.search(r"^items:", text, re.MULTILINE)
+    )
+
+
 # ---------------------------------------------------------------------- node labels
 def fabric_tiers(keys: Any, source: str = "node labels") -> tuple[str, ...]:
     """The ``fabric.topograph.run/tier-N`` keys among ``keys``, nearest first: numbered from 0
@@ -296,15 +305,22 @@ def read_nodes_json(
     node_type: NodeType | None = None,
     intra_link: LinkClass | None = None,
 ) -> Cluster:
-    """A cluster from ``kubectl get nodes -o json`` output (a List of Node objects)."""
+    """A cluster from ``kubectl get nodes -o json`` output (a List of Node objects), or the same
+    List as ``kubectl get nodes -o yaml`` writes it (a file named ``.yaml`` or ``.yml``)."""
     source = str(path)
-    try:
-        doc = json.loads(read_text(path, "kubectl nodes JSON"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{source}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
+    text = read_text(path, "kubectl nodes list")
+    if str(path).endswith((".yaml", ".yml")):
+        doc = load_yaml_text(text, source)
+    else:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{source}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from None
     items = doc.get("items") if isinstance(doc, dict) else None
     if not isinstance(items, list):
-        raise InputError(f"{source}: expected a Kubernetes List with 'items' (kubectl -o json)")
+        raise InputError(
+            f"{source}: expected a Kubernetes List with 'items' (kubectl get nodes -o json)"
+        )
     nodes = []
     specs: dict[str, tuple[int, str, float]] = {}
     for i, item in enumerate(items):
