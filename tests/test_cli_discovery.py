@@ -106,6 +106,39 @@ def test_inventory_local_says_why_without_gpus(capsys) -> None:
     assert "no GPU inventory on this machine" in err and "NVML" in err
 
 
+def test_inventory_local_without_nvml_asks_nvidia_smi_for_the_gpu_model(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    """Where NVML does not answer, `nvidia-smi topo -m` gives the links and `--query-gpu` the
+    model and memory (here a stand-in nvidia-smi on PATH printing a recorded matrix)."""
+    from tsched.discovery import nvml
+    from tsched.errors import DiscoveryError
+
+    def no_nvml() -> None:
+        raise DiscoveryError("NVML library not found")
+
+    monkeypatch.setattr(nvml, "collect", no_nvml)
+    topo = TOPO / "hgx-h200-8gpu-10nic.txt"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = topo ]; then cat "{topo}"; exit 0; fi\n'
+        'case "$1" in --query-gpu=*) echo "NVIDIA H200, 143771"; exit 0;; esac\n'
+        "exit 9\n"
+    )
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:/usr/bin:/bin")
+    code, out, err = run(capsys, "inventory", "local", "--host", "h200", "--quiet")
+    assert code == 0, err
+    cluster = tsched.formats.cluster_yaml.parse_cluster_text(out, "out.yaml")
+    nt = next(iter(cluster.node_types.values()))
+    assert (nt.gpu_model, nt.memory_gb, nt.gpus) == ("NVIDIA H200", 140.4, 8)
+    assert cluster.links["NV18"].bandwidth == 450.0 and cluster.links["NV18"].provenance == (
+        "advertised"
+    )
+
+
 def test_validate_exit_codes(capsys, tmp_path) -> None:
     plan = tmp_path / "plan.json"
     code, _, _ = run(capsys, "solve", "--method", "greedy", "-o", str(plan), "--quiet")

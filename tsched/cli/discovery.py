@@ -136,12 +136,32 @@ def _local(args: argparse.Namespace) -> Any:
     if exe:
         out = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=60)
         if out.returncode == 0:
-            return cluster_from_topo(parse_topo(out.stdout, "nvidia-smi topo -m"), host)
+            model, memory = _smi_gpu(exe)
+            topo = parse_topo(out.stdout, "nvidia-smi topo -m")
+            return cluster_from_topo(topo, host, model or args.gpu_model, memory)
         reasons.append(f"nvidia-smi topo -m exited {out.returncode}: {out.stderr.strip()[:200]}")
     else:
         reasons.append("nvidia-smi: not on PATH")
     reasons.append(f"sysfs: {len(inv.gpus)} NVIDIA GPU(s) on the PCI bus")
     raise DiscoveryError("no GPU inventory on this machine: " + "; ".join(reasons))
+
+
+def _smi_gpu(exe: str) -> tuple[str | None, float]:
+    """The first GPU's model and memory (GB) as ``nvidia-smi --query-gpu`` gives them, or
+    ``(None, 0)`` when it does not answer (the model then decides the NVLink figures)."""
+    out = subprocess.run(
+        [exe, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    first = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
+    name, _, mib = first.partition(",")
+    try:
+        memory = round(float(mib) / 1024.0, 1)
+    except ValueError:
+        memory = 0.0
+    return (name.strip() or None), memory
 
 
 def _ray(args: argparse.Namespace) -> Any:
