@@ -12,7 +12,7 @@ import pytest
 import tsched
 from tsched.cli import main
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
-from tsched.compare.calibrate import calibrate, fit_app, read_placements
+from tsched.compare.calibrate import calibrate, fit_app, load_jobmodel, read_placements
 from tsched.compare.jobmodel import (
     AppModel,
     CollectiveModel,
@@ -328,6 +328,34 @@ def test_calibrate_names_the_bad_row(tmp_path, row, message) -> None:
     f.write_text(f"application,placement,local_bsz,step_time,sync_time\nbert,1,2,0.1,0.0\n{row}\n")
     with pytest.raises(InputError, match=message):
         read_placements(f)
+
+
+JOBMODEL = Path(__file__).parents[1] / "tsched" / "data" / "jobmodel" / "pollux-testbed.json"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(collective=0), r"collective: expected a mapping of"),
+        (lambda d: d.update(applications=1.5), r"applications: expected a list"),
+        (lambda d: d["applications"].append(3), r"applications\[4\]: expected a mapping"),
+        (lambda d: d["applications"][0].update(compute_s=-1.0),
+         r"applications\[0\]: application '\w+': compute_s must be a finite number >= 0"),
+        (lambda d: d["applications"][1].update(local_bsz=0),
+         r"applications\[1\]: application '\w+': local_bsz must be >= 1"),
+        (lambda d: d["applications"][2].update(gradient_gb=float("nan")),
+         r"gradient_gb must be a finite number >= 0, got nan"),
+    ],
+)  # fmt: skip
+def test_a_bad_job_model_is_refused_by_field(tmp_path, edit, message) -> None:
+    doc = json.loads(JOBMODEL.read_text())
+    assert len(doc["applications"]) == 4
+    load_jobmodel(JOBMODEL)  # the shipped one reads
+    edit(doc)
+    path = tmp_path / "jm.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match=message):
+        load_jobmodel(path)
 
 
 # ---------------------------------------------------------------------------- queue policies

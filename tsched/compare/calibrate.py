@@ -496,8 +496,11 @@ def load_jobmodel(path: str | os.PathLike[str]) -> tuple[CollectiveModel, dict[s
     if not isinstance(data, dict) or data.get("tsched") != "jobmodel/v1":
         raise InputError(f"{path}: expected a 'tsched: jobmodel/v1' document")
     coll = CollectiveModel.from_dict(data.get("collective", {}), f"{path}: collective")
+    listed = data.get("applications", [])
+    if not isinstance(listed, list):
+        raise InputError(f"{path}: applications: expected a list of applications")
     apps = {}
-    for k, a in enumerate(data.get("applications", [])):
+    for k, a in enumerate(listed):
         app = AppModel.from_dict(a, f"{path}: applications[{k}]")
         apps[app.name] = app
     return coll, apps

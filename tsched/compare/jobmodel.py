@@ -93,6 +93,8 @@ class CollectiveModel:
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "collective model") -> CollectiveModel:
         known = {"nic_sharing", "two_node_factor", "overhead_factor", "overlap"}
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: expected a mapping of {', '.join(sorted(known))}")
         unknown = set(data) - known
         if unknown:
             raise InputError(f"{where}: unknown key(s) {sorted(unknown)}; valid: {sorted(known)}")
@@ -129,6 +131,21 @@ class AppModel:
     local_bsz: int = 1
     sync_overhead_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not str(self.name).strip():
+            raise InputError("application: name must be a non-empty string")
+        for key in ("compute_s", "compute_s_per_sample", "gradient_gb", "sync_overhead_s"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise InputError(
+                    f"application {self.name!r}: {key} must be a finite number >= 0, "
+                    f"got {value!r}"
+                )
+        if self.local_bsz < 1:
+            raise InputError(
+                f"application {self.name!r}: local_bsz must be >= 1, got {self.local_bsz!r}"
+            )
+
     def compute_seconds(self, local_bsz: float | np.ndarray) -> float | np.ndarray:
         return self.compute_s + self.compute_s_per_sample * np.asarray(local_bsz, dtype=float)
 
@@ -137,6 +154,8 @@ class AppModel:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "application") -> AppModel:
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: expected a mapping (name, compute_s, …)")
         try:
             return cls(
                 str(data["name"]),
@@ -148,8 +167,10 @@ class AppModel:
             )
         except KeyError as exc:
             raise InputError(f"{where}: missing key {exc.args[0]!r}") from None
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InputError(f"{where}: {exc}") from None
+        except InputError as exc:
+            raise InputError(f"{where}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def placement_shape(cluster: Cluster, gpus: np.ndarray) -> tuple[int, int, int]:
