@@ -46,9 +46,11 @@ DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 MAX_WORKERS = 2**21
 #: Most prefill → decode pairs of a disaggregated deployment's KV-cache transfer.
 MAX_KV_PAIRS = 2**24
-#: Most GB one edge may carry, and the largest per-GPU cost in seconds: with bandwidths of at
-#: least :data:`tsched.cluster.MIN_BANDWIDTH` every objective stays far inside float range.
+#: Most GB one edge may carry: with bandwidths of at least :data:`tsched.cluster.MIN_BANDWIDTH`
+#: every objective stays far inside float range.
 MAX_TRAFFIC_GB = 1e15
+#: Largest per-GPU cost in seconds (in size), for the same reason.
+MAX_GPU_COST_S = 1e15
 #: Largest workers × GPUs table of per-GPU costs tsched builds (8 bytes each: 256 MiB).
 GPU_COSTS_MAX_ENTRIES = 2**25
 
@@ -222,10 +224,10 @@ class GpuCosts:
         if (self.matrix is None) == (self.worker is None):
             raise InputError(f"{self.source}: give either entries or a matrix")
         values = self.matrix if self.matrix is not None else self.seconds
-        if values is None or not np.all(np.abs(values) <= MAX_TRAFFIC_GB):
+        if values is None or not np.all(np.abs(values) <= MAX_GPU_COST_S):
             raise InputError(
                 f"{self.source}: costs must be finite numbers of seconds, at most "
-                f"{MAX_TRAFFIC_GB:g} in size"
+                f"{MAX_GPU_COST_S:g} in size"
             )
 
     def check_workers(self, workers: int, name: str) -> None:

@@ -42,14 +42,6 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_INPUT)
 
 
-def _bounds(low: float | None, high: float | None, strict: bool = False) -> str:
-    if low is not None and high is not None:
-        return f"in {low:g}..{high:g}"
-    if low is not None:
-        return f"{'>' if strict else '>='} {low:g}"
-    return f"<= {high:g}" if high is not None else ""
-
-
 def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
     """An argparse ``type``: an integer in [``minimum``, ``maximum``] (either end open when
     ``None``), or a one-line usage error that names the flag, the range and the value."""
@@ -60,9 +52,11 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(
-                f"expected an integer {_bounds(minimum, maximum)}, got {text!r}"
-            )
+            if minimum is not None and maximum is not None:
+                rule = f"in {minimum}..{maximum}"
+            else:
+                rule = f">= {minimum}" if minimum is not None else f"<= {maximum}"
+            raise argparse.ArgumentTypeError(f"expected an integer {rule}, got {text!r}")
         return value
 
     return parse
@@ -80,7 +74,7 @@ def number(minimum: float | None = None, positive: bool = False) -> Callable[[st
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
         if (positive and value <= 0) or (minimum is not None and value < minimum):
-            rule = _bounds(0.0, None, strict=True) if positive else _bounds(minimum, None)
+            rule = "> 0" if positive else f">= {minimum:g}"
             raise argparse.ArgumentTypeError(f"expected a number {rule}, got {text!r}")
         return value
 

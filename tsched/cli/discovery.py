@@ -74,7 +74,7 @@ def read_any_cluster(path: str, args: argparse.Namespace) -> Any:
         from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo
 
         return cluster_from_topo(parse_topo(text, str(p)), args.host or name, args.gpu_model)
-    if p.suffix in (".yaml", ".yml") and topograph.is_node_list(p):
+    if p.suffix in (".yaml", ".yml") and topograph.is_node_list(text):
         return topograph.read_nodes_json(p, node_type, link)
     if "blocks:" in text:
         return cluster_from_tree(topograph.read_model(p), name, str(p), node_type, link)
@@ -98,7 +98,7 @@ def _import(source: str, path: str, args: argparse.Namespace) -> Any:
                                  args.memory_gb)  # fmt: skip
     node_type, link = _node_type(args)
     if source == "topograph":
-        if p.suffix == ".json" or topograph.is_node_list(p):
+        if p.suffix == ".json" or topograph.is_node_list(read_text(p, "Topograph file")):
             return topograph.read_nodes_json(p, node_type, link)
         return cluster_from_tree(topograph.read_model(p), p.stem, str(p), node_type, link)
     kind, topo = slurm.read_topology_conf(p)

@@ -138,8 +138,7 @@ class AppModel:
             value = getattr(self, key)
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(
-                    f"application {self.name!r}: {key} must be a finite number >= 0, "
-                    f"got {value!r}"
+                    f"application {self.name!r}: {key} must be a finite number >= 0, got {value!r}"
                 )
         if self.local_bsz < 1:
             raise InputError(
@@ -167,10 +166,8 @@ class AppModel:
             )
         except KeyError as exc:
             raise InputError(f"{where}: missing key {exc.args[0]!r}") from None
-        except (TypeError, ValueError, OverflowError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # InputError is a ValueError
             raise InputError(f"{where}: {exc}") from None
-        except InputError as exc:
-            raise InputError(f"{where}: {str(exc).split(': ', 1)[-1]}") from None
 
 
 def placement_shape(cluster: Cluster, gpus: np.ndarray) -> tuple[int, int, int]:

@@ -118,7 +118,7 @@ def csv_rows(
     text = read_text(path, what)
     reader = csv.DictReader(io.StringIO(text))
     if not reader.fieldnames:
-        raise InputError(f"{path}: empty trace (no header)")
+        raise InputError(f"{path}: empty {what} (no header)")
     header = [h.strip() for h in reader.fieldnames]
     reader.fieldnames = header  # rows keyed by the names as the header checks read them
     rows = []

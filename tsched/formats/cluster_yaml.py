@@ -151,9 +151,11 @@ def cluster_from_dict(data: Any, source: str = "cluster") -> Cluster:
             )
         )
     counters: dict[str, int] = {}
+    gpus = sum(node_types[n.type].gpus for n in nodes if n.type in node_types)
     for i, spec in enumerate(ck.sequence(doc.get("generate", []), "generate")):
-        gpus = sum(node_types[n.type].gpus for n in nodes if n.type in node_types)
-        nodes.extend(_generate(ck, spec, join("generate", i), levels, counters, node_types, gpus))
+        more = _generate(ck, spec, join("generate", i), levels, counters, node_types, gpus)
+        gpus += sum(node_types[n.type].gpus for n in more if n.type in node_types)
+        nodes.extend(more)
 
     if "busy" in doc:
         busy_doc = ck.mapping(doc["busy"], "busy", free_keys=True, example="{node0001: [0, 1]}")

@@ -52,8 +52,6 @@ __all__ = [
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GPU = re.compile(r"^GPU\d+$")
-#: The named columns after the device matrix, in the order nvidia-smi prints them.
-_TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _NV = re.compile(r"^NV(\d+)$")
 _LINKISH = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _AFFINITY = re.compile(r"^(\d[\d,\-]*|N/A)$")
@@ -139,8 +137,9 @@ def parse_topo(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
         raise InputError(f"{source}: no header line with GPU0 (is this `nvidia-smi topo -m`?)")
     columns = _header_columns(lines[head])
     # device columns lead (GPUs, then NICs: NIC0 … or, from older drivers, the devices' own
-    # names such as mlx5_0); then the named columns (CPU Affinity, …), which have spaces
-    lead = next((k for k, c in enumerate(columns) if c in _TRAILING or " " in c), len(columns))
+    # names such as mlx5_0); then the named columns (CPU Affinity, NUMA Affinity, GPU NUMA ID),
+    # which have spaces
+    lead = next((k for k, c in enumerate(columns) if " " in c), len(columns))
     devices, trailing = columns[:lead], columns[lead:]
     gpu_cols = [c for c in devices if _GPU.match(c)]
     nic_cols = [c for c in devices if not _GPU.match(c)]

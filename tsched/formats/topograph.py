@@ -140,10 +140,9 @@ def read_model(path: str | os.PathLike[str]) -> SwitchTree:
     return parse_model(load_yaml_text(read_text(path, "Topograph model"), str(path)), str(path))
 
 
-def is_node_list(path: str | os.PathLike[str]) -> bool:
-    """Whether a YAML file is a Kubernetes List (``kubectl get nodes -o yaml``) rather than a
+def is_node_list(text: str) -> bool:
+    """Whether YAML text is a Kubernetes List (``kubectl get nodes -o yaml``) rather than a
     Topograph model (a cheap look at its top-level keys; the readers check the rest)."""
-    text = read_text(path, "Topograph model or kubectl nodes list")
     return bool(re.search(r"^kind:\s*List\s*$", text, re.MULTILINE)) and bool(
         re.search(r"^items:", text, re.MULTILINE)
     )

@@ -364,8 +364,9 @@ def _positive(name: str, value: Any, example: str) -> int:
 
 
 def _threads(value: Any) -> int:
-    """The thread count: default :data:`THREADS`; a given one must be a positive integer."""
-    return THREADS if value is None else _positive("threads", value, "e.g. threads=4")
+    """The thread count: default :data:`THREADS`, else the given one (the registry's
+    ``Count(1, 64)`` has checked it)."""
+    return THREADS if value is None else int(value)
 
 
 def _in_threads(jobs: list[tuple[Any, ...]], threads: int) -> list[tuple[np.ndarray, float, int]]:
