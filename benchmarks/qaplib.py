@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     gaps["FAQx10"] = []
     hits: dict[str, int] = {k: 0 for k in gaps}
     worse_than_faq: dict[str, int] = {k: 0 for k in gaps if k != "FAQx10"}
+    per_seed: dict[str, list[int]] = {k: [0] * len(seeds) for k in gaps if k != "FAQx10"}
     for r in rows:
         name, n, best = r["instance"], int(r["n"]), int(r["best_known"])
         inst = read_dat(QAPLIB / "instances" / f"{name}.dat")
@@ -122,13 +123,19 @@ def main(argv: list[str] | None = None) -> int:
             hits[key] += sum(int(value <= best) for value, _ in found)
             if key != "FAQx10":
                 worse_than_faq[key] += sum(int(value > faq) for value, _ in found)
+                for j, (value, _) in enumerate(found):
+                    per_seed[key][j] += int(value <= best)
             seconds = statistics.mean(s for _, s in found)
             cells += [f"{statistics.mean(run_gaps):.3f}", f"{seconds:.2f}"]
+            if len(seeds) > 1 and key != "FAQx10":
+                cells.append(f"{sum(int(value <= best) for value, _ in found)}/{len(found)}")
         table.append(cells)
         print(" | ".join(cells), flush=True)
     header = ["instance", "n", "best known"]
     for key in gaps:
         header += [f"{key} gap %", f"{key} s"]
+        if len(seeds) > 1 and key != "FAQx10":
+            header.append(f"{key} hits")
     summary = [
         [
             key,
@@ -161,6 +168,18 @@ def main(argv: list[str] | None = None) -> int:
                 summary,
             )
             + "\n",
+            *(
+                [
+                    "Best known hit per seed: "
+                    + "; ".join(
+                        f"{key}: " + ", ".join(f"seed {s} {h}" for s, h in zip(seeds, counts))
+                        for key, counts in per_seed.items()
+                    )
+                    + ".\n"
+                ]
+                if len(seeds) > 1
+                else []
+            ),
             "## Per instance\n",
             markdown_table(header, table) + "\n",
         ]
