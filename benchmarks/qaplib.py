@@ -120,15 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         for key, found in results.items():
             run_gaps = [100.0 * (value - best) / best if best else 0.0 for value, _ in found]
             gaps[key] += run_gaps
-            hits[key] += sum(int(value <= best) for value, _ in found)
-            if key != "FAQx10":
-                worse_than_faq[key] += sum(int(value > faq) for value, _ in found)
-                for j, (value, _) in enumerate(found):
-                    per_seed[key][j] += int(value <= best)
+            run_hits = [int(value <= best) for value, _ in found]
+            hits[key] += sum(run_hits)
             seconds = statistics.mean(s for _, s in found)
             cells += [f"{statistics.mean(run_gaps):.3f}", f"{seconds:.2f}"]
-            if len(seeds) > 1 and key != "FAQx10":
-                cells.append(f"{sum(int(value <= best) for value, _ in found)}/{len(found)}")
+            if key != "FAQx10":
+                worse_than_faq[key] += sum(int(value > faq) for value, _ in found)
+                per_seed[key] = [a + b for a, b in zip(per_seed[key], run_hits)]
+                if len(seeds) > 1:
+                    cells.append(f"{sum(run_hits)}/{len(run_hits)}")
         table.append(cells)
         print(" | ".join(cells), flush=True)
     header = ["instance", "n", "best known"]
