@@ -1,5 +1,6 @@
 """Tabu's moves a second, with and without one of its speed-ups: one BLAS thread while its two
-searches run (``--ablation blas``), or int32 tables for integer instances (``--ablation tables``).
+searches run (``--ablation blas``), int32 tables for integer instances (``--ablation tables``),
+or the Gram tables of its update (``--ablation gram``).
 
 Each chunk of a search starts from a delta matrix made of a few small matrix products
 (``tsched.solvers.tabu.dense_delta_matrix``); OpenBLAS's worker threads then spin on the cores
@@ -7,11 +8,14 @@ the other search needs. ``tabu`` runs its threads under
 ``tsched.solvers.tabu.one_blas_thread``; the ablation replaces it by a context that changes
 nothing. With ``--ablation tables`` the kernel's tables are float64 however the data look
 (``tsched.solvers.tabu.kernel_dtype`` replaced), against int32 where integers fit; the moves
-are the same ones, only their pace differs. The two settings alternate run by run on each
-instance (same seed, same time limit), so the machine's drift falls on both; the table gives the
+are the same ones, only their pace differs. With ``--ablation gram`` the kernel's update sums
+the exchanged facilities' pairs afresh each move (``tsched.solvers.tabu.GRAM`` off) instead of
+reading them off the Gram tables it keeps current; again the same moves. The two settings
+alternate run by run on each instance (same seed, same time limit), so the machine's drift falls
+on both; each kernel specialisation is compiled before the first timing. The table gives the
 median moves of each and the median of the per-pair ratios.
 
-    python -m benchmarks.tabu_threads [--ablation blas|tables] [--only tai100a,sko100a]
+    python -m benchmarks.tabu_threads [--ablation blas|tables|gram] [--only tai100a,sko100a]
         [--limit 5] [--repeats 3]
 """
 
@@ -35,20 +39,28 @@ QAPLIB = ROOT / "tests" / "data" / "qaplib" / "instances"
 INSTANCES = {
     "blas": "tai100a,sko100a,tai100b,wil100",
     "tables": "tai100a,sko100a,wil100,lipa90a,sko72,tai50a,sko56",
+    "gram": "tai100a,sko100a,wil100,sko72,tai50a,lipa90a,tai100b,tai60b",
 }
 #: What each ablation measures: title, then the setting without the speed-up and with it.
 WORDS = {
     "blas": ("BLAS threads", "BLAS as configured", "one BLAS thread"),
     "tables": ("int32 tables", "float64 tables", "int32 tables where integers fit"),
+    "gram": ("the Gram table", "pairs summed afresh", "pairs from the Gram table"),
+}
+#: The switch each ablation turns off (a module attribute of ``tsched.solvers.tabu``) and the
+#: value that turns it off.
+SWITCHES = {
+    "blas": ("one_blas_thread", contextlib.nullcontext),
+    "tables": ("kernel_dtype", lambda *_: np.float64),
+    "gram": ("GRAM", False),
 }
 
 
 @contextlib.contextmanager
 def without(ablation: str) -> Iterator[None]:
     """The speed-up ``ablation`` names switched off for the duration."""
-    name = "one_blas_thread" if ablation == "blas" else "kernel_dtype"
+    name, off = SWITCHES[ablation]
     keep = getattr(tabu_module, name)
-    off = contextlib.nullcontext if ablation == "blas" else (lambda *_: np.float64)
     setattr(tabu_module, name, off)
     try:
         yield
@@ -72,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each setting")
     args = parser.parse_args(argv)
     title, off, on = WORDS[args.ablation]
+    warm = read_dat(QAPLIB / "nug12.dat")  # compile each kernel specialisation outside the timings
+    for state in (True, False):
+        with contextlib.nullcontext() if state else without(args.ablation):
+            for flow in (warm.flow, 0.5 * warm.flow):  # int32 and float64 tables
+                tsched.solve_qap(flow, warm.distance, method="tabu", options={"iterations": 10})
     rows = []
     for name in (args.only or INSTANCES[args.ablation]).split(","):
         moves: dict[bool, list[int]] = {True: [], False: []}
@@ -111,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print(text)
-    write_result("tabu_threads" if args.ablation == "blas" else "tabu_tables", text)
+    names = {"blas": "tabu_threads", "tables": "tabu_tables", "gram": "tabu_gram"}
+    write_result(names[args.ablation], text)
     return 0
 
 

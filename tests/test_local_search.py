@@ -207,6 +207,78 @@ def test_symmetric_update_matches_the_reference(seed, n, dummies, moves) -> None
         assert np.allclose(fast[real], kernel.delta_matrix(f, d, lin, perm, n)[real])
 
 
+@given(
+    st.integers(0, 2**31), st.integers(2, 8), st.integers(0, 3), st.integers(1, 8), st.booleans()
+)
+@settings(max_examples=80, deadline=None)
+def test_gram_updates_match_the_reference(seed, n, dummies, moves, sym) -> None:
+    """The updates that take the exchanged facilities' pairs from Gram tables keep the delta
+    matrix of the general reference ``_update``, and the tables stay f·pᵀ (and fᵀ·p), dummies
+    and linear costs included: symmetric data with zero diagonals, and any data."""
+    from tsched.solvers.tabu import dense_tables
+
+    k = n + dummies
+    f, d, lin = random_case(seed, n, k, symmetric=sym)
+    rng = np.random.default_rng(seed + 6)
+    perm = rng.permutation(k).astype(np.int64)
+    ref, gram = dense_tables(f, d, lin, perm, n)
+    real = np.triu(np.ones((k, k), dtype=bool), 1)
+    real[n:, n:] = False
+    assert np.allclose(ref[real], kernel.delta_matrix(f, d, lin, perm, n)[real])
+    fast = ref.copy()
+    p = d[np.ix_(perm, perm)].copy()
+    pt = p.T.copy()
+    a, P = np.empty(k), np.empty(k)
+    for _ in range(moves):
+        u, v = sorted(rng.choice(k, 2, replace=False))
+        if u >= n:  # two dummies: not a move
+            continue
+        perm[u], perm[v] = perm[v], perm[u]
+        kernel._exchange_rows_cols(p, u, v)
+        kernel._exchange_rows_cols(pt, u, v)
+        kernel._update(f, d, lin, perm, ref, u, v, n)
+        if sym:
+            kernel._update_sym_gram(f, p, lin, perm, fast, u, v, n, a, P, gram[0])
+        else:
+            kernel._update_rows_gram(f, f.T.copy(), p, pt, lin, perm, fast, u, v, n, *gram)
+        assert np.allclose(fast[real], ref[real])
+        assert np.allclose(gram[0], f @ p.T)
+        assert sym or np.allclose(gram[1], f.T @ p)
+
+
+@pytest.mark.parametrize("name", ["nug30", "sko42", "esc32a", "lipa30a", "tai20b", "bur26a"])
+def test_the_gram_tables_give_the_moves_of_the_sums(name) -> None:
+    """On integer tables every delta of both kinds of update is exact: with the Gram tables the
+    kernel makes the very moves of the one that sums each exchanged facility's pairs afresh,
+    symmetric instances (nug, sko, esc) and others (lipa, tai*b, bur) alike."""
+    from tsched.solvers.tabu import dense_tables, kernel_dtype, symmetric
+
+    inst = read_dat(QAPLIB / "instances" / f"{name}.dat")
+    f, d = inst.flow.astype(float), inst.distance.astype(float)
+    k = len(f)
+    lin = np.zeros((k, k))
+    sym = symmetric(f, d)
+    dtype = kernel_dtype(f, d, lin)
+    huge = kernel.INT_HUGE if dtype is np.int32 else kernel.HUGE
+    perm = np.random.default_rng(3).permutation(k).astype(np.int64)
+    delta, gram = dense_tables(f, d, lin, perm, k)
+    if dtype is np.int32:
+        delta, gram = np.rint(delta).astype(dtype), np.rint(gram).astype(dtype)
+    gram = np.ascontiguousarray(gram[:1] if sym else gram)
+    tables = [x.astype(dtype) for x in (f, d, lin)]
+
+    def run(table):
+        return kernel.tabu_search(
+            *tables, perm, k, 4000, k // 2, k, 5 * k * k, 7, -np.inf, delta.copy(), sym,
+            np.zeros(1, dtype=np.int64), huge, table,
+        )  # fmt: skip
+
+    runs = [run(None), run(gram)]
+    assert np.array_equal(runs[0][0], runs[1][0])
+    assert runs[0][1] == runs[1][1] == kernel.cost(f, d, lin, runs[0][0])
+    assert runs[0][2] == runs[1][2] == 4000
+
+
 def reference_choice(delta, tabu, perm, rows, recent, stale, current, best):
     """Robust tabu search's choice as one row-major scan reads it (the kernel's first form)."""
     k = len(perm)

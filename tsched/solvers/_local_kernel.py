@@ -201,6 +201,60 @@ def _redo_sym(f, p, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cov
 
 
 @njit(cache=True, fastmath=FAST)
+def _update_sym_gram(f, p, lin, perm, delta, u, v, n_real, a, P, g):  # pragma: no cover
+    """:func:`_update_sym` with the pairs of u and v in O(1) each, from the table
+    ``g = f·pᵀ`` (``g[x, y] = Σ_q f[x, q]·p[y, q]``), which it keeps current in the same pass.
+
+    For symmetric f and p with zero diagonals the sum of a pair (x, w) that :func:`_redo_sym`
+    takes over every q is g[x, w] + g[w, x] − g[x, x] − g[w, w]. After u and v exchange,
+    ``g``'s columns u and v swap (``p``'s rows did) and the change in f's own order adds the
+    outer product of a = f[u] − f[v] and P = p[u] − p[v] (``p`` exchanged): g[x, y] += a[x]·P[y],
+    a rank-one update of the rows of real facilities (a dummy's row of g is 0 and stays so).
+    That is one pass over a k×k table beside the delta update, against the two sums over q
+    per facility of :func:`_redo_sym` (three k×k reads): 1.36–1.41 times the moves at
+    k = 50–100 (``benchmarks/results/tabu_gram.md``).
+    The values are those of :func:`_update_sym` exactly on integer tables; on floats the same
+    up to rounding, ``g`` being updated where the sums were taken afresh each move."""
+    k = perm.shape[0]
+    nq = min(k, n_real)
+    for x in range(k):
+        a[x] = f[u, x] - f[v, x]
+        P[x] = p[u, x] - p[v, x]
+    for r in range(nq):  # three passes: one loop doing all three vectorises none of them
+        g[r, u], g[r, v] = g[r, v], g[r, u]
+    for r in range(nq):
+        ar = a[r]
+        grow = g[r]
+        for s in range(k):
+            grow[s] += ar * P[s]
+    for r in range(nq):
+        if r == u or r == v:
+            continue
+        ar, Pr = a[r], P[r]
+        row = delta[r]
+        for s in range(k):  # whole rows, as in _update_rows
+            x = ar - a[s]  # doubled as x + x, as in _update_sym
+            row[s] += (x + x) * (P[s] - Pr)
+    for side in range(2):  # the pairs of u and of v, as _redo_sym writes them
+        w = u if side == 0 else v
+        top_w = k if w < nq else nq  # a dummy pairs with real facilities only
+        gw, fw, pw, lw = g[w], f[w], p[w], lin[w]
+        gww, lww, pos = g[w, w], lin[w, perm[w]], perm[w]
+        for x in range(top_w):
+            if x == w or (side == 1 and x == u):  # the pair (u, v) once, with u
+                continue
+            # the q = x and q = w terms taken back out: f[w, x]·p[w, x] each (0 for a dummy)
+            fp = fw[x] * pw[x]
+            total = g[x, w] + gw[x] - g[x, x] - gww + (fp + fp)
+            linear = lin[x, pos] + lw[perm[x]] - lin[x, perm[x]] - lww
+            value = linear + (total + total)
+            if x < w:
+                delta[x, w] = value
+            else:
+                delta[w, x] = value
+
+
+@njit(cache=True, fastmath=FAST)
 def _redo_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cover
     """:func:`_redo_sym` for any f and d (``ft = fᵀ``, ``pt = pᵀ``): per pair, the sum over
     every real q of Taillard's two terms (fᵀ and pᵀ rows, then f and p rows); its q = r and
@@ -220,6 +274,16 @@ def _redo_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragm
             sv += (ftx[q] - ftv[q]) * (ptv[q] - ptx[q]) + (fx[q] - fv[q]) * (pv[q] - px[q])
         acc_u[x] = su
         acc_v[x] = sv
+    _write_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, acc_u, acc_v)
+
+
+@njit(cache=True, fastmath=FAST)
+def _write_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cover
+    """The deltas of the pairs of u and of v from their sums over every real q (``acc_u[x]``:
+    the pair (x, u)), as :func:`_redo_rows` and :func:`_update_rows_gram` take them."""
+    k = perm.shape[0]
+    top_u = k if u < nq else nq
+    top_v = k if v < nq else nq
     for side in range(2):  # the pairs written out, as in _redo_sym
         w, acc, top_w = (u, acc_u, top_u) if side == 0 else (v, acc_v, top_v)
         for x in range(top_w):
@@ -238,6 +302,52 @@ def _redo_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragm
             total += (f[r, s] - f[s, r]) * (p[s, r] - p[r, s])  # the direct (r, s) term
             linear = lin[r, perm[s]] + lin[s, perm[r]] - lin[r, perm[r]] - lin[s, perm[s]]
             delta[r, s] = total + linear
+
+
+@njit(cache=True, fastmath=FAST)
+def _update_rows_gram(f, ft, p, pt, lin, perm, delta, u, v, n_real, g, h):  # pragma: no cover
+    """:func:`_update_rows` with the pairs of u and v in O(1) each, from the tables
+    ``g = f·pᵀ`` and ``h = fᵀ·p``, kept current in the same move (as :func:`_update_sym_gram`
+    keeps its one): the two sums of :func:`_redo_rows` for the pair (x, w) are
+    h[x, w] + h[w, x] − h[x, x] − h[w, w] and the same of g. After u and v exchange, the
+    columns u and v of both swap, and g gains the outer product of a = fᵀ[u] − fᵀ[v] and
+    P = pᵀ[u] − pᵀ[v], h that of b = f[u] − f[v] and Q = p[u] − p[v] (``p`` and ``pt``
+    exchanged). Two rank-one passes against four sums over q per facility: 1.09–1.25 times the
+    moves at k = 60–100 (``benchmarks/results/tabu_gram.md``)."""
+    k = perm.shape[0]
+    nq = min(k, n_real)
+    a = ft[u] - ft[v]
+    b = f[u] - f[v]
+    P = pt[u] - pt[v]
+    Q = p[u] - p[v]
+    for r in range(nq):
+        if r == u or r == v:
+            continue
+        ar, br, Pr, Qr = a[r], b[r], P[r], Q[r]
+        row = delta[r]
+        for s in range(k):  # whole rows, as in _update_rows
+            row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
+    for r in range(nq):  # separate passes, as in _update_sym_gram
+        g[r, u], g[r, v] = g[r, v], g[r, u]
+        h[r, u], h[r, v] = h[r, v], h[r, u]
+    for r in range(nq):
+        ar = a[r]
+        grow = g[r]
+        for s in range(k):
+            grow[s] += ar * P[s]
+    for r in range(nq):
+        br = b[r]
+        hrow = h[r]
+        for s in range(k):
+            hrow[s] += br * Q[s]
+    top = max(k if u < nq else nq, k if v < nq else nq)
+    guu, gvv, huu, hvv = g[u, u], g[v, v], h[u, u], h[v, v]
+    gu, gv, hu, hv = g[u], g[v], h[u], h[v]
+    for x in range(top):  # a and b: scratch now, the sums of the pairs (x, u) and (x, v)
+        here = g[x, x] + h[x, x]
+        a[x] = g[x, u] + gu[x] + h[x, u] + hu[x] - here - guu - huu
+        b[x] = g[x, v] + gv[x] + h[x, v] + hv[x] - here - gvv - hvv
+    _write_rows(f, ft, p, pt, lin, perm, delta, u, v, nq, a, b)
 
 
 @njit(cache=True)
@@ -333,6 +443,7 @@ def tabu_search(
     sym,
     halt,
     huge=HUGE,
+    gram=None,
 ):  # pragma: no cover - compiled
     """Robust tabu search (Taillard 1991) for ``iterations`` moves from ``perm``.
 
@@ -351,7 +462,11 @@ def tabu_search(
     less (twice the lanes a vector instruction, half the memory traffic; 1.1–1.4 times the
     moves at k = 50–100 in ``benchmarks/results/tabu_tables.md``) and every delta is exact, so
     the moves are those of the float64 kernel. ``huge`` must then be larger than any delta and
-    of their type (:data:`HUGE` for floats, :data:`INT_HUGE` for int32).
+    of their type (:data:`HUGE` for floats, :data:`INT_HUGE` for int32). A given ``gram``, of
+    the tables' type and shape (1, k, k) with ``sym`` (``f·pᵀ`` for ``p = d[perm][:, perm]``),
+    else (2, k, k) (``f·pᵀ`` and ``fᵀ·p``), as :func:`tsched.solvers.tabu.dense_tables` builds
+    it with ``delta``, is kept current and gives the pairs of the exchanged facilities in O(1)
+    each (:func:`_update_sym_gram`, :func:`_update_rows_gram`); it is updated in place.
 
     Per move: the choice reads two k×k tables row by row (deltas and, per pair, the earlier of
     the two tabu times), and the update is O(1) per untouched pair and O(k) for the 2k pairs of
@@ -410,9 +525,14 @@ def tabu_search(
         perm[r], perm[s] = perm[s], perm[r]
         _exchange_rows_cols(p, r, s)
         current += chosen
-        if sym:
+        if sym and gram is not None:
+            _update_sym_gram(f, p, lin, perm, delta, r, s, n_real, a, P, gram[0])
+        elif sym:
             _update_sym(f, p, lin, perm, delta, r, s, n_real, a, P)
-        else:  # pt is a matrix of its own only here
+        elif gram is not None:  # pt is a matrix of its own only here
+            _exchange_rows_cols(pt, r, s)
+            _update_rows_gram(f, ft, p, pt, lin, perm, delta, r, s, n_real, gram[0], gram[1])
+        else:
             _exchange_rows_cols(pt, r, s)
             _update_rows(f, ft, p, pt, lin, perm, delta, r, s, n_real)
         floor = min(floor, _mark_pairs_of(tabu, perm, tmin, tmax, r, rows))

@@ -279,6 +279,13 @@ def crossover(a: np.ndarray, b: np.ndarray, n_real: int, rng: np.random.Generato
 def dense_delta_matrix(
     f: np.ndarray, d: np.ndarray, lin: np.ndarray, perm: np.ndarray, n_real: int
 ) -> np.ndarray:
+    """Every exchange's objective change at once (:func:`dense_tables` without the Gram table)."""
+    return dense_tables(f, d, lin, perm, n_real)[0]
+
+
+def dense_tables(
+    f: np.ndarray, d: np.ndarray, lin: np.ndarray, perm: np.ndarray, n_real: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Every exchange's objective change at once, with matrix products (BLAS): the same upper
     triangle as ``_local_kernel.delta_matrix`` (rows from ``n_real`` on left at 0) in O(k³)
     flops but at BLAS speed instead of k² strided O(k) loops (k = 1024: 0.1 s against 8 s).
@@ -286,7 +293,10 @@ def dense_delta_matrix(
     With P = d[perm][:, perm] (distance between the facilities' locations), A = fᵀP and
     B = f Pᵀ, the sums over every q of Taillard's terms are A[r,s] − A[r,r] − A[s,s] + A[s,r]
     and the same with B; the q = r and q = s terms are taken back out, the direct (r, s) term
-    and the linear costs added.
+    and the linear costs added. Returns the deltas and the Gram tables B = f·Pᵀ and A = fᵀP,
+    stacked (2, k, k), from which the kernel's update takes the pairs of the exchanged
+    facilities (``_local_kernel._update_sym_gram``, ``_update_rows_gram``; for symmetric f and
+    d the two are one).
     """
     p = d[np.ix_(perm, perm)]
     a = f.T @ p
@@ -306,8 +316,14 @@ def dense_delta_matrix(
     linear = lp + lp.T - ld[:, None] - ld[None, :]
     delta = np.triu(full - out1 - out2 + direct + linear, 1)
     delta[n_real:] = 0.0
-    return np.ascontiguousarray(delta)
+    return np.ascontiguousarray(delta), np.stack([b, a])
 
+
+#: Whether the kernel takes the exchanged facilities' pairs from Gram tables kept current
+#: (``_local_kernel._update_sym_gram``, ``_update_rows_gram``) rather than summing them afresh
+#: each move: the same moves (exactly, on integer tables), at a faster pace
+#: (``benchmarks/results/tabu_gram.md``); off only for that ablation.
+GRAM = True
 
 #: Largest bound on a delta (and on every partial sum the kernel keeps) for the int32 kernel:
 #: half of int32's range, so that its "none yet" (``_local_kernel.INT_HUGE``) stays above every
@@ -566,12 +582,18 @@ def tabu(
     f, d, lin = (np.ascontiguousarray(x, dtype=dtype) for x in (sub.flow, sub.dist, sub.linear))
     huge = _kernel().INT_HUGE if dtype is np.int32 else _kernel().HUGE
 
-    def deltas(perm: np.ndarray) -> np.ndarray:
-        out = dense_delta_matrix(sub.flow, sub.dist, sub.linear, perm, sub.n_real)
-        return out if dtype is np.float64 else np.rint(out).astype(dtype)
+    def tables(perm: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The delta matrix of ``perm`` and its Gram tables (one when symmetric), in the
+        kernel's type (integers from float64 BLAS: exact, every sum staying below 2**53)."""
+        delta, gram = dense_tables(sub.flow, sub.dist, sub.linear, perm, sub.n_real)
+        gram = gram[:1] if sym else gram
+        if dtype is not np.float64:
+            delta, gram = np.rint(delta).astype(dtype), np.rint(gram).astype(dtype)
+        return delta, np.ascontiguousarray(gram) if GRAM else None
 
-    def stepper(lo: int, hi: int) -> Any:
-        return lambda perm, budget, chunk_seed: _kernel().tabu_search(
+    def step(lo: int, hi: int, perm: np.ndarray, budget: int, chunk_seed: int) -> Any:
+        delta, gram = tables(perm)
+        return _kernel().tabu_search(
             f,
             d,
             lin,
@@ -583,11 +605,15 @@ def tabu(
             5 * k * k,
             chunk_seed % (2**31),
             target,
-            deltas(perm),
+            delta,
             sym,
             halt,
             huge,
+            gram,
         )
+
+    def stepper(lo: int, hi: int) -> Any:
+        return lambda perm, budget, chunk_seed: step(lo, hi, perm, budget, chunk_seed)
 
     # the search jobs: each start in its own thread(s), then every thread from the better
     jobs = [starts[j % len(starts)] for j in range(max(threads, len(starts)))]
