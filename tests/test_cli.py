@@ -80,6 +80,15 @@ def test_infeasible_json_still_one_document(capsys) -> None:
     ("args", "message"),
     [
         (["solve", "--cluster", "missing.yaml"], "missing.yaml: cluster file not found"),
+        (
+            ["solve", "--cluster", "gb200-nvl72-4rack"],
+            "gb200-nvl72-4rack: no cluster file of that name, and no cluster preset either "
+            "(presets: dgx-h100-4node, ",
+        ),
+        (
+            ["solve", "--workload", "llama3-405b"],
+            "llama3-405b: no workload file of that name, and no workload preset either",
+        ),
         (["solve", "--method", "magic"], "unknown method 'magic'"),
         (["solve", "--time-limit", "-1"], "argument --time-limit: expected a number > 0, got '-1'"),
         (["solve", "--time-limit", "nan"], "argument --time-limit: expected a finite number"),

@@ -82,6 +82,7 @@ def load_cluster(source: str | os.PathLike[str]) -> Cluster:
     text = str(source)
     if text in presets.CLUSTERS and not os.path.exists(text):
         return presets.cluster(text)
+    _name_or_file(text, "cluster", presets.CLUSTERS)
     return read_cluster(source)
 
 
@@ -90,7 +91,20 @@ def load_workload(source: str | os.PathLike[str]) -> Workload:
     text = str(source)
     if text in presets.WORKLOADS and not os.path.exists(text):
         return presets.workload(text)
+    _name_or_file(text, "workload", presets.WORKLOADS)
     return read_workload(source)
+
+
+def _name_or_file(text: str, kind: str, names: dict[str, str]) -> None:
+    """An error for a bare name (no folder, no suffix) that is neither a file nor a preset,
+    listing the presets: ``gb200-nvl72-4rack`` is a file of the repository's ``models/``, not a
+    preset, and "file not found" alone does not say so."""
+    bare = os.sep not in text and "/" not in text and not os.path.splitext(text)[1]
+    if bare and text and not os.path.exists(text):
+        raise InputError(
+            f"{text}: no {kind} file of that name, and no {kind} preset either (presets: "
+            f"{', '.join(names)}; a file is given by its path, e.g. models/{kind}s/NAME.yaml)"
+        )
 
 
 def solve_qap(
