@@ -203,7 +203,7 @@ def _redo_sym(f, p, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cov
 @njit(cache=True, fastmath=FAST)
 def _update_sym_gram(f, p, lin, perm, delta, u, v, n_real, a, P, g):  # pragma: no cover
     """:func:`_update_sym` with the pairs of u and v in O(1) each, from the table
-    ``g = f·pᵀ`` (``g[x, y] = Σ_q f[x, q]·p[y, q]``), which it keeps current in the same pass.
+    ``g = f·pᵀ`` (``g[x, y] = Σ_q f[x, q]·p[y, q]``), which it keeps current too.
 
     For symmetric f and p with zero diagonals the sum of a pair (x, w) that :func:`_redo_sym`
     takes over every q is g[x, w] + g[w, x] − g[x, x] − g[w, w]. After u and v exchange,
@@ -469,8 +469,9 @@ def tabu_search(
     each (:func:`_update_sym_gram`, :func:`_update_rows_gram`); it is updated in place.
 
     Per move: the choice reads two k×k tables row by row (deltas and, per pair, the earlier of
-    the two tabu times), and the update is O(1) per untouched pair and O(k) for the 2k pairs of
-    the exchanged facilities. The later tabu times (a third table, kept current in O(k) a move
+    the two tabu times), and the update is O(1) per untouched pair and, for the 2k pairs of the
+    exchanged facilities, O(k) each, or O(1) each from ``gram`` after a rank-one pass over each
+    of its tables. The later tabu times (a third table, kept current in O(k) a move
     like the first) are read only when a pair may be forced: ``floor``, the least of them when
     last read, lowered by every refresh, says when (tabu times only grow, so a pair goes stale
     no sooner than ``floor + aspiration``); the moves are those of a scan of all three tables

@@ -340,7 +340,8 @@ def kernel_dtype(f: np.ndarray, d: np.ndarray, lin: np.ndarray) -> type:
     With F, D and L the largest magnitudes in ``f``, ``d`` and ``lin`` and k locations, an
     exchange's delta is a sum over k facilities of two terms of at most 2F·2D each, plus the
     direct term (4FD) and four linear costs; the kernel's partial sums, the vectors of its
-    update and each update's step (at most 2·4F·4D) stay below the same 8(k + 6)FD + 4L. Sums
+    update and each update's step (at most 2·4F·4D) stay below the same 8(k + 6)FD + 4L, as
+    do the Gram tables' entries (at most kFD) and the pair sums taken from them (8kFD). Sums
     are promoted to int64 before they are stored, so no intermediate wraps either (only the
     scratch below the delta matrix's diagonal may, which nothing reads).
     """
