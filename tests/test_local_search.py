@@ -177,55 +177,27 @@ def test_row_contiguous_update_matches_the_reference(seed, n, dummies, moves) ->
         assert np.allclose(fast[real], ref[real])
 
 
-@given(st.integers(0, 2**31), st.integers(2, 8), st.integers(0, 3), st.integers(1, 6))
-@settings(max_examples=60, deadline=None)
-def test_symmetric_update_matches_the_reference(seed, n, dummies, moves) -> None:
-    """The halved update for symmetric flows and distances (zero diagonals) keeps the same delta
-    matrix as the general reference ``_update``, dummies included."""
-    from tsched.solvers.tabu import symmetric
-
-    k = n + dummies
-    f, d, lin = random_case(seed, n, k, symmetric=True)
-    assert symmetric(f, d)
-    rng = np.random.default_rng(seed + 5)
-    perm = rng.permutation(k).astype(np.int64)
-    ref = kernel.delta_matrix(f, d, lin, perm, n)
-    fast = ref.copy()
-    p = d[np.ix_(perm, perm)].copy()
-    a, P = np.empty(k), np.empty(k)
-    real = np.triu(np.ones((k, k), dtype=bool), 1)
-    real[n:, n:] = False
-    for _ in range(moves):
-        u, v = sorted(rng.choice(k, 2, replace=False))
-        if u >= n:  # two dummies: not a move
-            continue
-        perm[u], perm[v] = perm[v], perm[u]
-        kernel._exchange_rows_cols(p, u, v)
-        kernel._update(f, d, lin, perm, ref, u, v, n)
-        kernel._update_sym(f, p, lin, perm, fast, u, v, n, a, P)
-        assert np.allclose(fast[real], ref[real])
-        assert np.allclose(fast[real], kernel.delta_matrix(f, d, lin, perm, n)[real])
-
-
 @given(
     st.integers(0, 2**31), st.integers(2, 8), st.integers(0, 3), st.integers(1, 8), st.booleans()
 )
-@settings(max_examples=80, deadline=None)
-def test_gram_updates_match_the_reference(seed, n, dummies, moves, sym) -> None:
-    """The updates that take the exchanged facilities' pairs from Gram tables keep the delta
-    matrix of the general reference ``_update``, and the tables stay f·pᵀ (and fᵀ·p), dummies
-    and linear costs included: symmetric data with zero diagonals, and any data."""
-    from tsched.solvers.tabu import dense_tables
+@settings(max_examples=100, deadline=None)
+def test_symmetric_and_gram_updates_match_the_reference(seed, n, dummies, moves, sym) -> None:
+    """The halved update for symmetric flows and distances (zero diagonals) and the updates
+    that take the exchanged facilities' pairs from Gram tables keep the delta matrix of the
+    general reference ``_update``, and the tables stay f·pᵀ (and fᵀ·p), dummies and linear
+    costs included."""
+    from tsched.solvers.tabu import dense_tables, symmetric
 
     k = n + dummies
     f, d, lin = random_case(seed, n, k, symmetric=sym)
+    assert symmetric(f, d) == sym
     rng = np.random.default_rng(seed + 6)
     perm = rng.permutation(k).astype(np.int64)
     ref, gram = dense_tables(f, d, lin, perm, n)
     real = np.triu(np.ones((k, k), dtype=bool), 1)
     real[n:, n:] = False
     assert np.allclose(ref[real], kernel.delta_matrix(f, d, lin, perm, n)[real])
-    fast = ref.copy()
+    fast, halved = ref.copy(), ref.copy()
     p = d[np.ix_(perm, perm)].copy()
     pt = p.T.copy()
     a, P = np.empty(k), np.empty(k)
@@ -239,9 +211,12 @@ def test_gram_updates_match_the_reference(seed, n, dummies, moves, sym) -> None:
         kernel._update(f, d, lin, perm, ref, u, v, n)
         if sym:
             kernel._update_sym_gram(f, p, lin, perm, fast, u, v, n, a, P, gram[0])
+            kernel._update_sym(f, p, lin, perm, halved, u, v, n, a, P)
+            assert np.allclose(halved[real], ref[real])
         else:
             kernel._update_rows_gram(f, f.T.copy(), p, pt, lin, perm, fast, u, v, n, *gram)
         assert np.allclose(fast[real], ref[real])
+        assert np.allclose(fast[real], kernel.delta_matrix(f, d, lin, perm, n)[real])
         assert np.allclose(gram[0], f @ p.T)
         assert sym or np.allclose(gram[1], f.T @ p)
 

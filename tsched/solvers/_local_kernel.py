@@ -201,6 +201,22 @@ def _redo_sym(f, p, lin, perm, delta, u, v, nq, acc_u, acc_v):  # pragma: no cov
 
 
 @njit(cache=True, fastmath=FAST)
+def _gram_step(g, u, v, nq, a, P):  # pragma: no cover - compiled
+    """A Gram table after u and v exchanged: its columns u and v swapped, then the outer
+    product of ``a`` and ``P`` added to the rows of the real facilities (``nq`` of them; a
+    dummy's row is 0 and stays so). Two passes: the swap inside the rank-one loop keeps LLVM
+    from vectorising it."""
+    k = g.shape[1]
+    for r in range(nq):
+        g[r, u], g[r, v] = g[r, v], g[r, u]
+    for r in range(nq):
+        ar = a[r]
+        grow = g[r]
+        for s in range(k):
+            grow[s] += ar * P[s]
+
+
+@njit(cache=True, fastmath=FAST)
 def _update_sym_gram(f, p, lin, perm, delta, u, v, n_real, a, P, g):  # pragma: no cover
     """:func:`_update_sym` with the pairs of u and v in O(1) each, from the table
     ``g = f·pᵀ`` (``g[x, y] = Σ_q f[x, q]·p[y, q]``), which it keeps current too.
@@ -211,7 +227,7 @@ def _update_sym_gram(f, p, lin, perm, delta, u, v, n_real, a, P, g):  # pragma: 
     outer product of a = f[u] − f[v] and P = p[u] − p[v] (``p`` exchanged): g[x, y] += a[x]·P[y],
     a rank-one update of the rows of real facilities (a dummy's row of g is 0 and stays so).
     That is one pass over a k×k table beside the delta update, against the two sums over q
-    per facility of :func:`_redo_sym` (three k×k reads): 1.36–1.41 times the moves at
+    per facility of :func:`_redo_sym` (three k×k reads): 1.28–1.36 times the moves at
     k = 50–100 (``benchmarks/results/tabu_gram.md``).
     The values are those of :func:`_update_sym` exactly on integer tables; on floats the same
     up to rounding, ``g`` being updated where the sums were taken afresh each move."""
@@ -220,14 +236,8 @@ def _update_sym_gram(f, p, lin, perm, delta, u, v, n_real, a, P, g):  # pragma: 
     for x in range(k):
         a[x] = f[u, x] - f[v, x]
         P[x] = p[u, x] - p[v, x]
-    for r in range(nq):  # three passes: one loop doing all three vectorises none of them
-        g[r, u], g[r, v] = g[r, v], g[r, u]
-    for r in range(nq):
-        ar = a[r]
-        grow = g[r]
-        for s in range(k):
-            grow[s] += ar * P[s]
-    for r in range(nq):
+    _gram_step(g, u, v, nq, a, P)  # apart from the delta pass: one loop doing both vectorises
+    for r in range(nq):  # neither
         if r == u or r == v:
             continue
         ar, Pr = a[r], P[r]
@@ -312,7 +322,7 @@ def _update_rows_gram(f, ft, p, pt, lin, perm, delta, u, v, n_real, g, h):  # pr
     h[x, w] + h[w, x] − h[x, x] − h[w, w] and the same of g. After u and v exchange, the
     columns u and v of both swap, and g gains the outer product of a = fᵀ[u] − fᵀ[v] and
     P = pᵀ[u] − pᵀ[v], h that of b = f[u] − f[v] and Q = p[u] − p[v] (``p`` and ``pt``
-    exchanged). Two rank-one passes against four sums over q per facility: 1.09–1.25 times the
+    exchanged). Two rank-one passes against four sums over q per facility: 1.12–1.23 times the
     moves at k = 60–100 (``benchmarks/results/tabu_gram.md``)."""
     k = perm.shape[0]
     nq = min(k, n_real)
@@ -327,19 +337,8 @@ def _update_rows_gram(f, ft, p, pt, lin, perm, delta, u, v, n_real, g, h):  # pr
         row = delta[r]
         for s in range(k):  # whole rows, as in _update_rows
             row[s] += (ar - a[s]) * (P[s] - Pr) + (br - b[s]) * (Q[s] - Qr)
-    for r in range(nq):  # separate passes, as in _update_sym_gram
-        g[r, u], g[r, v] = g[r, v], g[r, u]
-        h[r, u], h[r, v] = h[r, v], h[r, u]
-    for r in range(nq):
-        ar = a[r]
-        grow = g[r]
-        for s in range(k):
-            grow[s] += ar * P[s]
-    for r in range(nq):
-        br = b[r]
-        hrow = h[r]
-        for s in range(k):
-            hrow[s] += br * Q[s]
+    _gram_step(g, u, v, nq, a, P)
+    _gram_step(h, u, v, nq, b, Q)
     top = max(k if u < nq else nq, k if v < nq else nq)
     guu, gvv, huu, hvv = g[u, u], g[v, v], h[u, u], h[v, v]
     gu, gv, hu, hv = g[u], g[v], h[u], h[v]
