@@ -45,7 +45,7 @@ INSTANCES = {
 WORDS = {
     "blas": ("BLAS threads", "BLAS as configured", "one BLAS thread"),
     "tables": ("int32 tables", "float64 tables", "int32 tables where integers fit"),
-    "gram": ("the Gram table", "pairs summed afresh", "pairs from the Gram table"),
+    "gram": ("Gram tables", "pairs summed afresh", "pairs from the Gram tables"),
 }
 #: The switch each ablation turns off (a module attribute of ``tsched.solvers.tabu``) and the
 #: value that turns it off.
