@@ -44,3 +44,15 @@ def write_result(name: str, text: str) -> Path:
     path = RESULTS / f"{name}.md"
     path.write_text(text)
     return path
+
+
+def warm_tabu() -> None:
+    """Compile tabu's kernel for int32 and for float64 tables (nug12, and nug12 with halved
+    flows) so that no timed run pays the compilation (numba caches it on disk, but a fresh
+    install or an edited kernel compiles again)."""
+    import tsched
+    from tsched.formats.qaplib import read_dat
+
+    warm = read_dat(ROOT / "tests" / "data" / "qaplib" / "instances" / "nug12.dat")
+    for flow in (warm.flow, 0.5 * warm.flow):
+        tsched.solve_qap(flow, warm.distance, method="tabu", options={"iterations": 10})

@@ -31,7 +31,7 @@ import numpy as np
 from scipy.optimize import quadratic_assignment
 
 import tsched
-from benchmarks._common import ROOT, machine, markdown_table, write_result
+from benchmarks._common import ROOT, machine, markdown_table, warm_tabu, write_result
 from tsched.formats.qaplib import qap_cost, read_dat
 from tsched.solvers.tabu import TENURES, THREADS, tenure_range
 
@@ -83,11 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         wanted = set(args.only.split(","))
         rows = [r for r in rows if r["instance"] in wanted]
-    # compile the kernel outside the timings: int32 tables, and float64 (tai*b's, whose deltas
-    # do not fit int32; before, the first of them compiled inside its own time limit)
-    warm = read_dat(QAPLIB / "instances" / "nug12.dat")
-    for flow in (warm.flow, 0.5 * warm.flow):
-        tsched.solve_qap(flow, warm.distance, method="tabu", options={"iterations": 10})
+    warm_tabu()  # int32 and float64 (tai*b's) kernels compiled outside the timings
 
     tenures = (
         " and ".join(f"{lo:g}–{hi:g}" for lo, hi in TENURES[:THREADS])

@@ -236,10 +236,10 @@ def test_the_gram_tables_give_the_moves_of_the_sums(name) -> None:
     dtype = kernel_dtype(f, d, lin)
     huge = kernel.INT_HUGE if dtype is np.int32 else kernel.HUGE
     perm = np.random.default_rng(3).permutation(k).astype(np.int64)
-    delta, gram = dense_tables(f, d, lin, perm, k)
+    delta, gram = dense_tables(f, d, lin, perm, k, sym)
+    assert gram.shape == ((1 if sym else 2), k, k)
     if dtype is np.int32:
         delta, gram = np.rint(delta).astype(dtype), np.rint(gram).astype(dtype)
-    gram = np.ascontiguousarray(gram[:1] if sym else gram)
     tables = [x.astype(dtype) for x in (f, d, lin)]
 
     def run(table):

@@ -279,12 +279,17 @@ def crossover(a: np.ndarray, b: np.ndarray, n_real: int, rng: np.random.Generato
 def dense_delta_matrix(
     f: np.ndarray, d: np.ndarray, lin: np.ndarray, perm: np.ndarray, n_real: int
 ) -> np.ndarray:
-    """Every exchange's objective change at once (:func:`dense_tables` without the Gram table)."""
+    """Every exchange's objective change at once (:func:`dense_tables` without the Gram tables)."""
     return dense_tables(f, d, lin, perm, n_real)[0]
 
 
 def dense_tables(
-    f: np.ndarray, d: np.ndarray, lin: np.ndarray, perm: np.ndarray, n_real: int
+    f: np.ndarray,
+    d: np.ndarray,
+    lin: np.ndarray,
+    perm: np.ndarray,
+    n_real: int,
+    sym: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every exchange's objective change at once, with matrix products (BLAS): the same upper
     triangle as ``_local_kernel.delta_matrix`` (rows from ``n_real`` on left at 0) in O(k³)
@@ -295,8 +300,8 @@ def dense_tables(
     and the same with B; the q = r and q = s terms are taken back out, the direct (r, s) term
     and the linear costs added. Returns the deltas and the Gram tables B = f·Pᵀ and A = fᵀP,
     stacked (2, k, k), from which the kernel's update takes the pairs of the exchanged
-    facilities (``_local_kernel._update_sym_gram``, ``_update_rows_gram``; for symmetric f and
-    d the two are one).
+    facilities (``_local_kernel._update_sym_gram``, ``_update_rows_gram``); with ``sym`` (f
+    and d symmetric, where the two are one) B alone, (1, k, k).
     """
     p = d[np.ix_(perm, perm)]
     a = f.T @ p
@@ -316,7 +321,7 @@ def dense_tables(
     linear = lp + lp.T - ld[:, None] - ld[None, :]
     delta = np.triu(full - out1 - out2 + direct + linear, 1)
     delta[n_real:] = 0.0
-    return np.ascontiguousarray(delta), np.stack([b, a])
+    return np.ascontiguousarray(delta), np.stack([b] if sym else [b, a])
 
 
 #: Whether the kernel takes the exchanged facilities' pairs from Gram tables kept current
@@ -586,11 +591,10 @@ def tabu(
     def tables(perm: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """The delta matrix of ``perm`` and its Gram tables (one when symmetric), in the
         kernel's type (integers from float64 BLAS: exact, every sum staying below 2**53)."""
-        delta, gram = dense_tables(sub.flow, sub.dist, sub.linear, perm, sub.n_real)
-        gram = gram[:1] if sym else gram
+        delta, gram = dense_tables(sub.flow, sub.dist, sub.linear, perm, sub.n_real, sym)
         if dtype is not np.float64:
             delta, gram = np.rint(delta).astype(dtype), np.rint(gram).astype(dtype)
-        return delta, np.ascontiguousarray(gram) if GRAM else None
+        return delta, gram if GRAM else None
 
     def step(lo: int, hi: int, perm: np.ndarray, budget: int, chunk_seed: int) -> Any:
         delta, gram = tables(perm)
