@@ -64,25 +64,44 @@ CEILING = "ceiling"
 
 
 @cache
-def _cluster(name: str) -> tsched.Cluster:
-    return tsched.load_cluster(CLUSTERS / STUDIES[name][1])
+def cluster_file(file: str) -> tsched.Cluster:
+    """A cluster under ``models/clusters/`` by file name, loaded once a process."""
+    return tsched.load_cluster(CLUSTERS / file)
 
 
 @cache
-def _trace(name: str) -> tuple:
-    c = _cluster(name)
-    return tuple(load_trace(TRACES / STUDIES[name][0], max_gpus=int((~c.busy_mask).sum())))
+def trace_file(trace: str, cluster: str) -> tuple:
+    """A trace under ``tests/data/traces/`` by file name, its jobs capped at ``cluster``'s
+    usable GPUs."""
+    c = cluster_file(cluster)
+    return tuple(load_trace(TRACES / trace, max_gpus=int((~c.busy_mask).sum())))
 
 
 @cache
-def _jobs(name: str, load: float, rep: int, days: float, method: str = "jitter") -> list:
-    c = _cluster(name)
-    window = days if name == "philly" else None  # Pollux workload 6: all of it (7.8 h)
+def replica_jobs(trace: str, cluster: str, load: float, rep: int, days: float | None,
+                 method: str = "jitter") -> list:  # fmt: skip
+    """Replica ``rep`` of ``trace`` (its first ``days`` days; all of it for ``None``) with
+    arrivals scaled to the offered ``load`` on ``cluster`` (file names)."""
+    c = cluster_file(cluster)
     if method == "jitter":
-        jobs, span = jitter_replica(list(_trace(name)), rep, window)
+        jobs, span = jitter_replica(list(trace_file(trace, cluster)), rep, days)
     else:
-        jobs, span = replica(list(_trace(name)), rep, days)
+        jobs, span = replica(list(trace_file(trace, cluster)), rep, days or 7.0)
     return at_load(jobs, int((~c.busy_mask).sum()), load, span)[0]
+
+
+def _cluster(name: str) -> tsched.Cluster:
+    return cluster_file(STUDIES[name][1])
+
+
+def _trace(name: str) -> tuple:
+    return trace_file(*STUDIES[name])
+
+
+def _jobs(name: str, load: float, rep: int, days: float, method: str = "jitter") -> list:
+    if method == "jitter":  # Pollux workload 6: all of it (7.8 h)
+        return replica_jobs(*STUDIES[name], load, rep, days if name == "philly" else None)
+    return replica_jobs(*STUDIES[name], load, rep, days, method)
 
 
 def policies_for(admission):
@@ -272,8 +291,14 @@ def _versus(st, other, name):
 
 def _paired(st, other, figure):
     """The paired interval of ``figure`` (``mean`` or ``p99`` JCT) against the other policy
-    on the replicas both replayed (:func:`tsched.compare.study.paired_ci95`), as text."""
-    m, lo, hi, n = paired_ci95(st["by_replica"][figure], other["by_replica"][figure])
+    on the replicas both replayed, as text."""
+    return paired_text(st["by_replica"][figure], other["by_replica"][figure])
+
+
+def paired_text(ours, theirs) -> str:
+    """:func:`tsched.compare.study.paired_ci95` of two policies' figures by replica, as
+    text: the difference as a share of ``theirs``, its interval, and what it says."""
+    m, lo, hi, n = paired_ci95(ours, theirs)
     if n < 2:
         return "n/a"
     word = "lower" if hi < 0 else "higher" if lo > 0 else "no difference"

@@ -8,8 +8,9 @@ replicas of :mod:`benchmarks.cluster_policies`), Student-t 95 % intervals:
   weighted by its GPU-time (GPUs × compact run time), Σ g·d·w / Σ g·d. A placement that lets the
   cluster do more work lowers both means; a policy that only reorders the queue (small jobs
   overtake large ones) lowers the count mean and raises the work-weighted one. On a
-  single-server queue the work-weighted wait of work-conserving orders is fixed (Kleinrock's
-  conservation law); for gangs on many GPUs it is not a law, so it is measured here.
+  single-server queue the work-weighted wait of non-preemptive, work-conserving orders is
+  fixed (Kleinrock's conservation law); for gangs on many GPUs it is not a law, so it is
+  measured here.
 * **Held out**: fgd against every baseline on pairs of trace and cluster that neither fgd's
   rules nor its figures were tuned on: Pollux workload 6 and the Philly sample (first 2 days)
   on ``hgx-h200-16node`` (16 × 8 H200 on NVLink, 8 NICs a server, some GPUs busy), both
@@ -28,49 +29,34 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
-from functools import cache
 
 import numpy as np
 
-import tsched
-from benchmarks._common import ROOT, machine, markdown_table, write_result
+from benchmarks._common import machine, markdown_table, write_result
+from benchmarks.cluster_policies import (
+    BASELINES,
+    STUDIES,
+    _fmt_ci,
+    cluster_file,
+    paired_text,
+    replica_jobs,
+)
 from tsched.compare.policies import parse_policies
 from tsched.compare.simulator import SimConfig, simulate
-from tsched.compare.study import at_load, ci95, jitter_replica, paired_ci95, work_weighted_wait
-from tsched.compare.traces import load_trace
+from tsched.compare.study import ci95, work_weighted_wait
 
-TRACES = ROOT / "tests" / "data" / "traces"
-CLUSTERS = ROOT / "models" / "clusters"
-PHILLY = "philly_jobs_pollux_2017-10-02_2017-10-30.csv"
-POLLUX = "pollux_workload-6.csv"
-BASELINES = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "spread", "random",
-             "greedy"]  # fmt: skip
+PHILLY, DGX = STUDIES["philly"]
+POLLUX = STUDIES["pollux-6"][0]
+HELD_OUT = "hgx-h200-16node.yaml"
 ORDER_POLICIES = ["best-fit", "whole-nodes", "spread", "fgd"]
-
-
-@cache
-def _cluster(name: str) -> tsched.Cluster:
-    return tsched.load_cluster(CLUSTERS / f"{name}.yaml")
-
-
-@cache
-def _trace(trace: str, cluster: str) -> tuple:
-    c = _cluster(cluster)
-    return tuple(load_trace(TRACES / trace, max_gpus=int((~c.busy_mask).sum())))
-
-
-def _jobs(trace: str, cluster: str, load: float, rep: int, days: float | None) -> list:
-    c = _cluster(cluster)
-    jobs, span = jitter_replica(list(_trace(trace, cluster)), rep, days)
-    return at_load(jobs, int((~c.busy_mask).sum()), load, span)[0]
 
 
 def replay(trace: str, cluster: str, days: float | None, load: float, rep: int,
            admission: str, policy: str) -> dict[str, float]:  # fmt: skip
     """One replay: job-count mean JCT and wait, the work-weighted wait, p99 JCT (hours)."""
-    jobs = _jobs(trace, cluster, load, rep, days)
+    jobs = replica_jobs(trace, cluster, load, rep, days)
     cfg = parse_policies([policy], SimConfig(queue="backfill", admission=admission))[0]
-    res = simulate(jobs, _cluster(cluster), replace(cfg, seed=rep))
+    res = simulate(jobs, cluster_file(cluster), replace(cfg, seed=rep))
     dur = {j.name: j.duration for j in jobs}
     g = np.array([r.gpus for r in res.records], dtype=float)
     d = np.array([dur[r.job] for r in res.records])
@@ -85,8 +71,8 @@ def replay(trace: str, cluster: str, days: float | None, load: float, rep: int,
 
 
 def _fmt(values) -> str:
-    m, lo, hi = ci95(values)
-    return f"{m:.2f} ± {(hi - lo) / 2:.2f}"
+    """Mean ± Student-t 95 % half-width of figures in hours."""
+    return _fmt_ci(*ci95(values), scale=1.0)
 
 
 def _run(tasks, workers):
@@ -97,23 +83,22 @@ def _run(tasks, workers):
 
 
 def _paired_text(ours, theirs) -> str:
-    m, lo, hi, _ = paired_ci95(dict(enumerate(ours)), dict(enumerate(theirs)))
-    word = "lower" if hi < 0 else "higher" if lo > 0 else "no difference"
-    return f"{m * 100:+.1f}% [{lo * 100:+.1f}, {hi * 100:+.1f}]: {word}"
+    """The paired interval of two lists of figures, replica by replica."""
+    return paired_text(dict(enumerate(ours)), dict(enumerate(theirs)))
 
 
 def queue_order(loads, reps, workers) -> str:
-    tasks = [(PHILLY, "dgx-a100-32node", 4.0, load, rep, adm, pol)
+    tasks = [(PHILLY, DGX, 4.0, load, rep, adm, pol)
              for adm in ("any", "compact") for load in loads for pol in ORDER_POLICIES
              for rep in range(reps)]  # fmt: skip
     out = dict(zip(tasks, _run(tasks, workers), strict=True))
     rows = []
     for adm in ("any", "compact"):
         for load in loads:
-            ref = [out[(PHILLY, "dgx-a100-32node", 4.0, load, r, adm, "best-fit")]
+            ref = [out[(PHILLY, DGX, 4.0, load, r, adm, "best-fit")]
                    for r in range(reps)]  # fmt: skip
             for pol in ORDER_POLICIES:
-                rs = [out[(PHILLY, "dgx-a100-32node", 4.0, load, r, adm, pol)]
+                rs = [out[(PHILLY, DGX, 4.0, load, r, adm, pol)]
                       for r in range(reps)]  # fmt: skip
                 vs = ""
                 if pol != "best-fit":
@@ -129,7 +114,7 @@ def queue_order(loads, reps, workers) -> str:
 
 def held_out(loads, reps, workers) -> str:
     pairs = [("pollux-6", POLLUX, None), ("philly (2 days)", PHILLY, 2.0)]
-    cluster = "hgx-h200-16node"
+    cluster = HELD_OUT
     pols = [*BASELINES, "fgd"]
     tasks = [(trace, cluster, days, load, rep, adm, pol)
              for _, trace, days in pairs for adm in ("any", "compact") for load in loads
@@ -144,8 +129,8 @@ def held_out(loads, reps, workers) -> str:
                 best = min(BASELINES, key=lambda p: np.mean([x["mean"] for x in res[p]]))
                 best99 = min(BASELINES, key=lambda p: np.mean([x["p99"] for x in res[p]]))
                 ours = res["fgd"]
-                fm, flo, fhi = ci95([x["mean"] for x in ours])
-                bm, blo, bhi = ci95([x["mean"] for x in res[best]])
+                fm = np.mean([x["mean"] for x in ours])
+                bhi = ci95([x["mean"] for x in res[best]])[2]
                 rows.append([
                     label, adm, f"{load:g}", _fmt([x["mean"] for x in ours]),
                     f"{best} {_fmt([x['mean'] for x in res[best]])}",
@@ -187,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         "Work-weighted wait: each job's wait weighted by its GPUs × compact run time. A policy "
         "that does more work in the same time lowers it; one that only lets small jobs "
         "overtake large ones raises it while the job-count mean falls (on one server the "
-        "work-weighted wait of every work-conserving order is the same: Kleinrock's "
-        "conservation law).\n\n"
+        "work-weighted wait of every non-preemptive, work-conserving order is the same: "
+        "Kleinrock's conservation law).\n\n"
         + order
         + "\n\n## Held out: `hgx-h200-16node` (16 × 8 H200, NVLink, 8 NICs a server)\n\n"
         "Neither trace was replayed on this cluster while fgd's rules were chosen. "

@@ -193,7 +193,8 @@ def work_weighted_wait(
     """Mean wait with each job weighted by its work, GPUs × compact run time: Σ g·d·w / Σ g·d.
 
     A queue order that lets small jobs overtake large ones lowers the job-count mean wait and
-    raises this one; on a single server every work-conserving order gives the same value
+    raises this one; on a single server every non-preemptive, work-conserving order gives the
+    same value
     (Kleinrock's conservation law), so a policy that lowers both has done more work, not only
     reordered it.
 

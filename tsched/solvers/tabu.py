@@ -300,12 +300,13 @@ def dense_tables(
     and the same with B; the q = r and q = s terms are taken back out, the direct (r, s) term
     and the linear costs added. Returns the deltas and the Gram tables B = f·Pᵀ and A = fᵀP,
     stacked (2, k, k), from which the kernel's update takes the pairs of the exchanged
-    facilities (``_local_kernel._update_sym_gram``, ``_update_rows_gram``); with ``sym`` (f
-    and d symmetric, where the two are one) B alone, (1, k, k).
+    facilities (``_local_kernel._update_sym_gram``, ``_update_rows_gram``); with ``sym`` (the
+    caller has checked that f and d are symmetric, where the two are one) B alone, (1, k, k),
+    from one product instead of two.
     """
     p = d[np.ix_(perm, perm)]
-    a = f.T @ p
     b = f @ p.T
+    a = b if sym else f.T @ p  # symmetric f and p: fᵀp = f·pᵀ, one product
     da, db = np.diag(a), np.diag(b)
     full = a + a.T - da[:, None] - da[None, :] + b + b.T - db[:, None] - db[None, :]
     fd, pd = np.diag(f), np.diag(p)
