@@ -12,7 +12,14 @@ Written under ``benchmarks/results/``: ``cluster_policies.md`` (tables, goal ver
 command), ``cluster_policies/runs.csv`` (one row per replay) and plots (JCT and p99 against load
 with 95 % bands, bucket bars, JCT CDFs). ``--quick`` writes the ``-quick`` variants.
 
+``--trace FILE --cluster FILE`` replaces the two studies with one of the user's own (any trace
+format :func:`tsched.compare.traces.load_trace` reads, any cluster/v1 file or preset), measured
+with the same replicas, intervals, buckets, ceiling and goal verdicts, and written as
+``cluster_policies-NAME.md`` and ``cluster_policies-NAME/`` (``--name``, default the trace's
+file stem); ``--loads`` and ``--admission`` choose the points.
+
     python -m benchmarks.cluster_policies [--quick] [--ray] [--workers N]
+    python -m benchmarks.cluster_policies --trace T.csv --cluster C.yaml [--loads 0.8,1.0]
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import time
 from collections import defaultdict
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 
@@ -53,6 +61,11 @@ STUDIES = {
     "philly": ("philly_jobs_pollux_2017-10-02_2017-10-30.csv", "dgx-a100-32node.yaml"),
     "pollux-6": ("pollux_workload-6.csv", "g4dn-12xlarge-16node.yaml"),
 }
+# the studies this run measures: STUDIES, or the user's own (:func:`use_study`); a study in
+# WINDOWED replays its first ``--days`` days a replica, the others all of their trace
+ACTIVE: dict[str, tuple[str, str]] = dict(STUDIES)
+WINDOWED = {"philly"}
+COLUMNS: dict[str, str] = {}  # a generic CSV's column mapping (``--columns``)
 BASELINES = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "spread", "random",
              "greedy"]  # fmt: skip
 PACKING = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes"]
@@ -65,8 +78,10 @@ CEILING = "ceiling"
 
 @cache
 def cluster_file(file: str) -> tsched.Cluster:
-    """A cluster under ``models/clusters/`` by file name, loaded once a process."""
-    return tsched.load_cluster(CLUSTERS / file)
+    """A cluster under ``models/clusters/`` by file name (or a path, or a preset), loaded once
+    a process."""
+    path = CLUSTERS / file
+    return tsched.load_cluster(path if path.exists() else file)
 
 
 @cache
@@ -74,7 +89,8 @@ def trace_file(trace: str, cluster: str) -> tuple:
     """A trace under ``tests/data/traces/`` by file name, its jobs capped at ``cluster``'s
     usable GPUs."""
     c = cluster_file(cluster)
-    return tuple(load_trace(TRACES / trace, max_gpus=int((~c.busy_mask).sum())))
+    return tuple(load_trace(TRACES / trace, mapping=COLUMNS or None,
+                            max_gpus=int((~c.busy_mask).sum())))  # fmt: skip
 
 
 @cache
@@ -90,18 +106,37 @@ def replica_jobs(trace: str, cluster: str, load: float, rep: int, days: float | 
     return at_load(jobs, int((~c.busy_mask).sum()), load, span)[0]
 
 
+def use_study(name: str, trace: str, cluster: str, windowed: bool,
+              columns: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Measure the user's own study ``name`` (a trace file, read with the generic ``columns``
+    mapping if given, and a cluster file or preset) instead of :data:`STUDIES`; ``windowed``:
+    replicas of ``--days`` days, else all of the trace."""
+    COLUMNS.clear()
+    COLUMNS.update(columns or {})
+    ACTIVE.clear()
+    ACTIVE[name] = (os.path.abspath(trace), cluster if _is_preset(cluster)
+                    else os.path.abspath(cluster))  # fmt: skip
+    WINDOWED.clear()
+    if windowed:
+        WINDOWED.add(name)
+
+
+def _is_preset(cluster: str) -> bool:
+    return not os.path.exists(cluster) and not (CLUSTERS / cluster).exists()
+
+
 def _cluster(name: str) -> tsched.Cluster:
-    return cluster_file(STUDIES[name][1])
+    return cluster_file(ACTIVE[name][1])
 
 
 def _trace(name: str) -> tuple:
-    return trace_file(*STUDIES[name])
+    return trace_file(*ACTIVE[name])
 
 
 def _jobs(name: str, load: float, rep: int, days: float, method: str = "jitter") -> list:
     if method == "jitter":  # Pollux workload 6: all of it (7.8 h)
-        return replica_jobs(*STUDIES[name], load, rep, days if name == "philly" else None)
-    return replica_jobs(*STUDIES[name], load, rep, days, method)
+        return replica_jobs(*ACTIVE[name], load, rep, days if name in WINDOWED else None)
+    return replica_jobs(*ACTIVE[name], load, rep, days, method)
 
 
 def policies_for(admission):
@@ -111,7 +146,7 @@ def policies_for(admission):
 
 def cells(loads, replicas, admissions, days):
     out = []
-    for name in STUDIES:
+    for name in ACTIVE:
         for adm in admissions:
             base = SimConfig(queue="backfill", admission=adm)
             configs = parse_policies(policies_for(adm), base)
@@ -170,8 +205,9 @@ def mechanism(rows, loads):
         if len(set(np.round(blocked, 6))) < 3:
             continue  # nothing stranded: placement did not matter here
         figures = (lambda r: r.jct_mean, lambda r: r.bucket_jct[0], lambda r: r.bucket_jct[3])
-        rho = [spearmanr(blocked, means(f)).statistic for f in figures]
-        out.append([name, adm, f"{load:g}", *[f"{x:+.2f}" for x in rho]])
+        ys = [means(f) for f in figures]  # a figure alike for every policy has no rank
+        rho = [spearmanr(blocked, y).statistic if np.ptp(y) > 0 else math.nan for y in ys]
+        out.append([name, adm, f"{load:g}", *["n/a" if x != x else f"{x:+.2f}" for x in rho]])
     if not out:
         return ""
     return (
@@ -198,7 +234,7 @@ def analyse(rows, loads, floors=None):
     lines = []
     verdicts = []
     admissions = sorted({r.admission for r in rows if r.policy != CEILING})
-    for name in STUDIES:
+    for name in ACTIVE:
         gpn = int(_cluster(name).gpus_per_node.max())
         names_b = buckets(gpn)
         for adm in admissions:
@@ -380,7 +416,7 @@ def plots(rows, loads, folder):
         by[(r.trace, r.admission, r.load, r.policy)].append(r)
     admissions = sorted({r.admission for r in rows if r.policy != CEILING})
     pols = [*BASELINES, *ABLATIONS, OURS]
-    for name in STUDIES:
+    for name in ACTIVE:
         gpn = int(_cluster(name).gpus_per_node.max())
         fig, axes = plt.subplots(2, len(admissions), figsize=(6.5 * len(admissions), 8),
                                  squeeze=False)  # fmt: skip
@@ -454,6 +490,18 @@ def plots(rows, loads, folder):
     return paths
 
 
+def _loads(text: str) -> list[float]:
+    from tsched.errors import InputError
+
+    try:
+        out = sorted({float(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise InputError(f"--loads: expected comma-separated numbers, got {text!r}") from None
+    if not out or min(out) <= 0:
+        raise InputError(f"--loads: expected positive offered loads, got {text!r}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 loads, 3 replicas, 2 days")
@@ -461,27 +509,68 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes when not on Ray (default: all cores)")  # fmt: skip
     parser.add_argument("--replicas", type=int, default=None)
-    parser.add_argument("--days", type=float, default=None, help="days of Philly per replay")
+    parser.add_argument(
+        "--days",
+        type=float,
+        default=None,
+        help="days of Philly (of --trace: all of it unless given) per replay",
+    )
     parser.add_argument(
         "--replica-method",
         choices=("jitter", "days"),
         default="jitter",
         help="jitter: the trace perturbed (default); days: day-block bootstrap",
     )
+    parser.add_argument("--trace", metavar="CSV", help="the user's own trace (with --cluster)")
+    parser.add_argument("--cluster", metavar="PATH", help="its cluster: cluster/v1 file or preset")
+    parser.add_argument("--columns", metavar="MAP", help="--trace: generic CSV mapping")
+    parser.add_argument("--name", help="--trace: the study's name (default: the file stem)")
+    parser.add_argument("--loads", metavar="L,…", help="offered loads (default 0.6–1.4)")
+    parser.add_argument("--admission", choices=("any", "compact", "both"), default="both")
+    parser.add_argument("--out", metavar="DIR", help="where to write (default benchmarks/results)")
     parser.add_argument("--from-csv", metavar="CSV", help="rewrite the report from a runs.csv")
     args = parser.parse_args(argv)
+    from tsched.errors import InputError
+
+    try:
+        return _main(args)
+    except (InputError, OSError) as exc:
+        print(f"cluster_policies: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(args) -> int:
+    from tsched.compare.traces import parse_mapping
+    from tsched.errors import InputError
+
+    if bool(args.trace) != bool(args.cluster):
+        raise InputError("--trace and --cluster go together")
+    if args.trace:
+        name = args.name or os.path.splitext(os.path.basename(args.trace))[0]
+        if not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise InputError(f"--name: expected letters, digits, '-', '_' or '.', got {name!r}")
+        use_study(name, args.trace, args.cluster, args.days is not None,
+                  parse_mapping(args.columns) if args.columns else None)  # fmt: skip
+        for n in ACTIVE:  # fail here, before any replay, on a bad file
+            _trace(n)
+    elif args.columns or args.name:
+        raise InputError("--columns and --name go with --trace")
     if args.quick:
         loads, replicas, days = [0.8, 1.0, 1.2], 3, 2.0
     else:
         loads, replicas, days = [0.6, 0.8, 0.9, 1.0, 1.2, 1.4], 5, 4.0
+    loads = _loads(args.loads) if args.loads else loads
     replicas = args.replicas or replicas
+    if replicas < 2:
+        raise InputError("--replicas: expected at least 2 (an interval needs two)")
     days = args.days or days
+    admissions = ["any", "compact"] if args.admission == "both" else [args.admission]
     t0 = time.perf_counter()
     if args.from_csv:
         with open(args.from_csv, newline="") as fh:
             rows = [RunSummary.from_row(r) for r in csv.DictReader(fh)]
         return report(args, rows, sorted({r.load for r in rows}), replicas, days, None)
-    todo = cells(loads, replicas, ["any", "compact"], days)
+    todo = cells(loads, replicas, admissions, days)
     done = [0]
 
     def progress(r):
@@ -493,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_cells(
         todo,
         lambda c: _jobs(c.trace, c.load, c.replica, days, args.replica_method),
-        lambda c: str(CLUSTERS / STUDIES[c.trace][1]),
+        lambda c: _cluster_path(c.trace),
         workers=args.workers,
         use_ray=args.ray,
         progress=progress,
@@ -501,10 +590,60 @@ def main(argv: list[str] | None = None) -> int:
     return report(args, rows, loads, replicas, days, time.perf_counter() - t0)
 
 
+def _cluster_path(name: str) -> str:
+    """What a worker process loads the study's cluster from: a path, or a preset name."""
+    file = ACTIVE[name][1]
+    return file if _is_preset(file) else str(CLUSTERS / file)
+
+
+def _result_name(args) -> str:
+    """``cluster_policies``, ``-NAME`` for a user's study, ``-quick`` for ``--quick``."""
+    own = "" if ACTIVE.keys() == STUDIES.keys() and not args.trace else "-" + "-".join(ACTIVE)
+    return "cluster_policies" + own + ("-quick" if args.quick else "")
+
+
+def _command(args) -> str:
+    cmd = "python -m benchmarks.cluster_policies" + (" --quick" if args.quick else "")
+    for flag in ("trace", "cluster", "columns", "name", "loads", "days", "replicas"):
+        value = getattr(args, flag)
+        if value is not None:
+            cmd += f" --{flag} {value}"
+    if args.admission != "both":
+        cmd += f" --admission {args.admission}"
+    return cmd
+
+
+def _about(name: str, days: float, method: str) -> str:
+    """One sentence on what a study replays."""
+    trace, cluster = ACTIVE[name]
+    c = _cluster(name)
+    n, usable = len(_trace(name)), int((~c.busy_mask).sum())
+    nodes, gpn = int(c.gpus_per_node.size), int(c.gpus_per_node.max())
+    part = (
+        f"its first {days:g} days a replica, of {n:,} jobs in all"
+        if name in WINDOWED or method == "days"
+        else f"all {n:,} jobs"
+    )
+    return (
+        f"`{name}`: `{os.path.basename(trace)}` ({part}) on `{os.path.basename(cluster)}` "
+        f"({usable:,} GPUs, {nodes} nodes of up to {gpn})"
+    )
+
+
 def report(args, rows, loads, replicas, days, total):
     """Writes runs.csv (unless the rows came from it), the plots and the markdown."""
-    suffix = "-quick" if args.quick else ""
-    folder = RESULTS / f"cluster_policies{suffix}"
+    from tsched.errors import InputError
+
+    missing = sorted(set(ACTIVE) - {r.trace for r in rows})
+    if missing:
+        raise InputError(
+            f"{args.from_csv or 'runs'}: no replays of {', '.join(missing)} (a runs.csv of a "
+            "user's study needs its --trace and --cluster again)"
+        )
+    rows = [r for r in rows if r.trace in ACTIVE]
+    result = _result_name(args)
+    out = Path(args.out) if args.out else RESULTS
+    folder = out / result
     folder.mkdir(parents=True, exist_ok=True)
     meta = folder / "meta.json"
     if total is not None:
@@ -527,16 +666,14 @@ def report(args, rows, loads, replicas, days, total):
             p99_floor(name, _jobs(name, loads[0], rep, days, args.replica_method))
             for rep in sorted({r.replica for r in rows if r.trace == name})
         ]))
-        for name in STUDIES
+        for name in ACTIVE
     }  # fmt: skip
     tables, verdicts = analyse(rows, loads, floors)
     print("\n".join(verdicts), file=sys.stderr)
-    cmd = "python -m benchmarks.cluster_policies" + (" --quick" if args.quick else "")
-    n_jobs = {name: len(_trace(name)) for name in STUDIES}
     text = (
-        f"# Cluster placement policies: load sweep with replicas\n\n`{cmd}` — {machine()}; "
-        f"{len(rows)} replays in {run['minutes']:.1f} min ({run['workers']} processes"
-        f"{', Ray' if run['ray'] else ''}).\n\n"
+        f"# Cluster placement policies: load sweep with replicas\n\n`{_command(args)}` — "
+        f"{machine()}; {len(rows)} replays in {run['minutes']:.1f} min ({run['workers']} "
+        f"processes{', Ray' if run['ray'] else ''}).\n\n"
         f"Queue: `backfill` (EASY). Loads {', '.join(f'{x:g}' for x in loads)} (offered GPU-hours "
         "over capacity, reached by scaling arrival times). "
         f"{replicas} replicas per load, "
@@ -546,10 +683,8 @@ def report(args, rows, loads, replicas, days, total):
             if args.replica_method == "jitter"
             else "day-block bootstraps: "
         )
-        + f"the first {days:g} days of Philly ({n_jobs['philly']:,} jobs in all four weeks) on "
-        "`dgx-a100-32node` (256 GPUs, 2 leaves of 16 DGX A100), and all of Pollux workload 6 "
-        f"({n_jobs['pollux-6']} jobs) on `g4dn-12xlarge-16node` (16 × 4 T4, one NIC a node). "
-        "Every policy replays the same replicas. Intervals: Student-t 95 % over replicas; a "
+        + "; ".join(_about(name, days, args.replica_method) for name in ACTIVE)
+        + ". Every policy replays the same replicas. Intervals: Student-t 95 % over replicas; a "
         "difference is claimed only where intervals do not overlap. `paired`: the Student-t "
         "95 % interval of the difference replica by replica (the same jobs, so the spread "
         "between replicas, which widens each policy's own interval, drops out), as a share of "
@@ -576,10 +711,13 @@ def report(args, rows, loads, replicas, days, total):
         + "\n"
         + tables
         + "\n\nPlots: "
-        + ", ".join(f"`{p.relative_to(RESULTS)}`" for p in pics)
+        + ", ".join(f"`{p.relative_to(out)}`" for p in pics)
         + "\n"
     )
-    write_result("cluster_policies" + suffix, text)
+    if args.out:
+        (out / f"{result}.md").write_text(text)
+    else:
+        write_result(result, text)
     print(text)
     return 0
 

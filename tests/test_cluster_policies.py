@@ -3,6 +3,7 @@ checked on hand-built clusters and traces."""
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -627,3 +628,69 @@ def test_a_job_no_rule_can_ever_place_stops_the_replay_with_a_named_error() -> N
         simulate(jobs, c, SimConfig(policy="whole-nodes"))
     compact = simulate(jobs, c, SimConfig(policy="best-fit", admission="compact"))
     assert compact.records[0].nodes == 4  # three whole nodes and one GPU of the fourth
+
+
+@pytest.fixture
+def own_study():
+    """benchmarks.cluster_policies with its module state (the studies measured) restored."""
+    from benchmarks import cluster_policies as cp
+
+    saved = dict(cp.ACTIVE), set(cp.WINDOWED), dict(cp.COLUMNS)
+    yield cp
+    cp.ACTIVE.clear()
+    cp.ACTIVE.update(saved[0])
+    cp.WINDOWED.clear()
+    cp.WINDOWED.update(saved[1])
+    cp.COLUMNS.clear()
+    cp.COLUMNS.update(saved[2])
+
+
+def test_the_policy_sweep_measures_a_users_own_trace_and_cluster(own_study, tmp_path,
+                                                                 capsys) -> None:  # fmt: skip
+    root = Path(__file__).parents[1]
+    lines = (root / "tests/data/traces/pollux_workload-6.csv").read_text().splitlines()
+    trace = tmp_path / "mine.csv"
+    trace.write_text("\n".join(lines[:31]) + "\n")
+    out = tmp_path / "out"
+    code = own_study.main(["--trace", str(trace), "--cluster", "leaf-spine-64", "--loads", "1.2",
+                           "--replicas", "2", "--admission", "compact", "--workers", "1",
+                           "--out", str(out)])  # fmt: skip
+    assert code == 0
+    text = (out / "cluster_policies-mine.md").read_text()
+    assert "## mine, `compact` admission" in text and "## pollux-6" not in text
+    assert (
+        "`mine`: `mine.csv` (all 30 jobs) on `leaf-spine-64` (64 GPUs, 8 nodes of up to 8)" in text
+    )
+    assert "--trace " + str(trace) in text and "- mine `compact` load 1.20:" in text
+    with open(out / "cluster_policies-mine" / "runs.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    # every policy of the regime and the ceiling, twice, on the one study at the one load
+    assert len(rows) == 2 * (len(own_study.policies_for("compact")) + 1)
+    assert {r["trace"] for r in rows} == {"mine"} and {r["load"] for r in rows} == {"1.2"}
+    assert (out / "cluster_policies-mine" / "mine-load.png").stat().st_size > 0
+    # the report rewritten from its runs.csv says the same
+    code = own_study.main(["--trace", str(trace), "--cluster", "leaf-spine-64", "--replicas",
+                           "2", "--out", str(out), "--from-csv",
+                           str(out / "cluster_policies-mine" / "runs.csv")])  # fmt: skip
+    assert code == 0
+    again = (out / "cluster_policies-mine.md").read_text()
+    assert again.split("## Goals")[1] == text.split("## Goals")[1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--trace", "t.csv"], "--trace and --cluster go together"),
+        (["--trace", "missing.csv", "--cluster", "leaf-spine-64"], "missing.csv"),
+        (["--loads", "0.9,high"], "--loads: expected comma-separated numbers"),
+        (["--loads", "0,1"], "--loads: expected positive"),
+        (["--replicas", "1"], "--replicas: expected at least 2"),
+        (["--name", "x"], "--columns and --name go with --trace"),
+    ],
+)
+def test_the_policy_sweep_refuses_bad_input_in_one_line(own_study, argv, says, capsys,
+                                                        tmp_path) -> None:  # fmt: skip
+    assert own_study.main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # nothing written
