@@ -212,6 +212,27 @@ def test_calibration_meets_the_goal_on_compute_heavy_applications() -> None:
         assert apps[name]["network"]["overhead_factor"] >= 1  # never cheaper across nodes
 
 
+def test_the_forms_benchmark_reproduces_the_shipped_calibration() -> None:
+    """benchmarks.jobmodel_forms re-implements the network fit to vary its form; its
+    ``shipped`` form must give calibrate's numbers, or its other rows compare with nothing."""
+    from scipy.stats import spearmanr
+
+    from benchmarks.jobmodel_forms import Form
+
+    rows = read_placements(TRACES / "pollux_placements_all.csv")
+    cluster = tsched.load_cluster(G4DN)
+    _, summary = calibrate(rows, cluster)
+    apps = {n: fit_app(n, [r for r in rows if r.application == n], cluster)[0]
+            for n in summary["applications"]}  # fmt: skip
+    form = Form("shipped", cluster, apps)
+    for name, entry in summary["applications"].items():
+        target = [r for r in rows if r.application == name and r.nodes > 1]
+        others = [r for r in rows if r.application != name and r.nodes > 1]
+        pred, y = form.predict(form.fit(others), target)
+        rho = spearmanr(pred, y).statistic
+        assert rho == pytest.approx(entry["rank_correlation"], abs=2e-3), name
+
+
 def test_calibration_recovers_a_network_it_generated() -> None:
     """Step times made by the model itself (three applications unknown to GRADIENT_GB, so their
     gradient sizes come from single-node sync times): every application's multi-node rows are
