@@ -409,6 +409,11 @@ def test_unknown_rule_and_bad_policy_suffixes_are_refused() -> None:
         SimConfig(admission="loose")
     with pytest.raises(InputError, match="apply to solvers"):
         SimConfig(policy="fgd", fragmentation_aware=True)
+    for bad in ("fgd+slack", "fgd+slack-1", "fgd+slackinf", "fgd+slackx"):
+        with pytest.raises(InputError, match=r"\+slack takes a share of the head's run time"):
+            parse_policies(bad)
+    with pytest.raises(InputError, match="slack must be a finite share"):
+        SimConfig(slack=-0.5)
 
 
 def test_policy_labels_say_what_runs() -> None:
@@ -423,6 +428,9 @@ def test_policy_labels_say_what_runs() -> None:
         parse_policies("best-fit,best-fit")
     with pytest.raises(InputError, match="'first-fit' runs as 'first-fit', already named as"):
         parse_policies("pack,first-fit")
+    slack = parse_policies("fgd+slack0.25,best-fit+topo+slack1,fgd+slack0", compact)
+    assert [c.label for c in slack] == ["fgd+slack0.25", "best-fit+topo+slack1", "fgd"]
+    assert [c.slack for c in slack] == [0.25, 1.0, 0.0]
 
 
 # ---------------------------------------------------------------------------- the simulator
@@ -460,6 +468,25 @@ def test_a_topology_reservation_gives_way_when_the_head_keeps_a_placement() -> N
         recs, _ = sim(jobs, c, policy, admission="compact")
         assert recs["l"].start == 2 and recs["l"].nodes == 1, policy
         assert recs["h"].start == 100 and recs["h"].nodes == 2, policy
+
+
+@pytest.mark.parametrize("reservation", ["+count", "+topo"])
+def test_relaxed_backfill_lets_the_head_slip_by_its_slack_and_no_more(reservation) -> None:
+    c = fabric(nodes_per_leaf=1, leaves=1)  # one node of 4 GPUs
+    # a holds 3 GPUs until 100; h (4 GPUs, 100 s) is the head from 1, its shadow time 100.
+    # s (1 GPU, 120 s) would end at 122, after the shadow: EASY keeps it back.
+    jobs = [job("a", 0, 3, 100), job("h", 1, 4, 100), job("s", 2, 1, 120)]
+    easy, _ = sim(jobs, c, "best-fit" + reservation)
+    assert easy["h"].start == 100 and easy["s"].start == 200
+    tight, _ = sim(jobs, c, f"best-fit{reservation}+slack0.1")  # may end by 110: no
+    assert tight["h"].start == 100 and tight["s"].start == 200
+    loose, _ = sim(jobs, c, f"best-fit{reservation}+slack0.25")  # may end by 125: yes
+    assert loose["s"].start == 2 and loose["h"].start == 122
+    # the bound is fixed when h first heads the queue (100 + 25), not moved with its shadow
+    # time: at 100 (a ends, shadow now 122) t (ends 120) may start, u (ends 130) may not
+    more = [*jobs, job("t", 3, 1, 20), job("u", 3, 1, 30)]
+    recs, _ = sim(more, c, f"best-fit{reservation}+slack0.25")
+    assert recs["t"].start == 100 and recs["h"].start == 122 and recs["u"].start == 222
 
 
 def test_ceiling_equals_every_policy_where_placement_cannot_matter() -> None:

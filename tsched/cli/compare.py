@@ -241,8 +241,9 @@ def add_parsers(sub: Any) -> None:
                    "submit=start,gpus=num_gpu,duration=runtime,tenant=user")  # fmt: skip
     p.add_argument("--policies", metavar="A,B,…", help="placement rules (fgd, first-fit, "
                    "best-fit, kai-tas, slurm-tree, whole-nodes, spread, random) or solver names "
-                   "(+frag: fragmentation-aware; +topo/+count: backfill reservation), e.g. "
-                   "fgd,best-fit,greedy")  # fmt: skip
+                   "(+frag: fragmentation-aware; +topo/+count: backfill reservation; +slackS: "
+                   "relaxed backfill, the head may slip by S x its run time), e.g. "
+                   "fgd,best-fit,greedy,best-fit+slack0.25")  # fmt: skip
     p.add_argument("--cluster", metavar="PATH", help="cluster/v1 file or preset")
     p.add_argument("--queue", default="fifo", choices=QUEUES, help="queue policy (default fifo)")
     p.add_argument("--admission", default="any", choices=ADMISSIONS,

@@ -10,6 +10,7 @@ sweep returns exactly what the serial one does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -30,8 +31,10 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
 
     A policy is a cluster placement rule (:data:`tsched.compare.placement.RULES`; ``pack`` stands
     for ``first-fit``) or a registered solver name, optionally followed by ``+frag``
-    (fragmentation-aware subsets, solvers only) and by ``+topo`` or ``+count`` (what the head
-    job of ``backfill`` reserves; ``fgd`` reserves by topology, the others by count).
+    (fragmentation-aware subsets, solvers only), by ``+topo`` or ``+count`` (what the head
+    job of ``backfill`` reserves; ``fgd`` reserves by topology, the others by count) and by
+    ``+slackS`` (relaxed backfilling: the head's start may slip by ``S`` × its run time; see
+    :class:`~tsched.compare.simulator.SimConfig`).
     """
     from tsched.compare.placement import RULES, canonical
     from tsched.solvers.registry import get_solver, solvers
@@ -44,7 +47,19 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
     valid = sorted(set(RULES) | set(solvers()) | {"pack"})
     out = []
     for name in names:
-        method, reservation = name, base.reservation
+        method, reservation, slack = name, base.reservation, base.slack
+        head, sep, tail = method.rpartition("+slack")
+        if sep:
+            try:
+                slack = float(tail)
+            except ValueError:
+                slack = math.nan
+            if not (slack >= 0 and math.isfinite(slack)):
+                raise InputError(
+                    f"--policies: {name!r}: +slack takes a share of the head's run time "
+                    "(a number >= 0), e.g. fgd+slack0.25"
+                )
+            method = head
         for suffix, value in (("+topo", "topology"), ("+count", "count")):
             if method.endswith(suffix):
                 method, reservation = method[: -len(suffix)], value
@@ -54,7 +69,7 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
         if not rule and method not in solvers():
             raise InputError(
                 f"--policies: unknown policy {name!r}; valid: {', '.join(valid)} "
-                f"(optionally with {FRAG_SUFFIX}, +topo or +count)"
+                f"(optionally with {FRAG_SUFFIX}, +topo or +count, +slackS)"
             )
         if frag and rule:
             raise InputError(
@@ -64,7 +79,7 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
         if not rule:
             get_solver(method)
         out.append(replace(base, policy=canonical(method), fragmentation_aware=frag,
-                           reservation=reservation))  # fmt: skip
+                           reservation=reservation, slack=slack))  # fmt: skip
     seen: dict[str, str] = {}
     for name, cfg in zip(names, out):
         if cfg.label in seen:

@@ -145,6 +145,11 @@ class SimConfig:
         Speed-ups the job model predicts for a scattered placement smaller than this share of
         the run time are not acted on by ``fgd`` (the model's median relative error is 3–14 %
         per application in calibration; ``benchmarks/results/calibration``).
+    slack : float
+        Relaxed backfilling (``backfill``): a later job may start if it ends by the head's
+        first shadow time plus ``slack`` × the head's run time, so the head's start slips by at
+        most that share of its run time (Ward, Mahood and West, JSSPP 2002; Talby and
+        Feitelson's slack-based backfilling, IPPS 1999). 0 is EASY as published.
     """
 
     policy: str = "greedy"
@@ -163,6 +168,7 @@ class SimConfig:
     stretch: bool = True
     shape_window: int = 256
     model_margin: float = 0.1
+    slack: float = 0.0
 
     def __post_init__(self) -> None:
         from tsched.compare.placement import ADMISSIONS, RULES, canonical
@@ -178,6 +184,8 @@ class SimConfig:
             )
         if self.reservation not in (None, "count", "topology"):
             raise InputError(f"reservation {self.reservation!r}: expected 'count' or 'topology'")
+        if not (self.slack >= 0 and math.isfinite(self.slack)):
+            raise InputError(f"slack must be a finite share >= 0, got {self.slack}")
         if not 0.0 <= self.model_margin < 1.0:
             raise InputError(f"model_margin must be in [0, 1), got {self.model_margin}")
         if self.shape_window < 1:
@@ -216,7 +224,8 @@ class SimConfig:
         resv = ""
         if self.reserves != own:
             resv = "+topo" if self.reserves == "topology" else "+count"
-        return f"{canonical(self.policy)}{frag}{resv}"
+        slack = f"+slack{self.slack:g}" if self.slack > 0 else ""
+        return f"{canonical(self.policy)}{frag}{resv}{slack}"
 
 
 @dataclass(frozen=True)
@@ -1013,6 +1022,19 @@ def simulate(
                     locks[got[1]] = (k, now + got[0])
         return locks
 
+    deadlines: dict[int, float] = {}
+
+    def relaxed(head: _Job, shadow: float) -> float:
+        """The time by which backfilled jobs must end to keep off the head's reservation: its
+        shadow time, or with ``slack`` the first shadow time it had as head plus ``slack`` ×
+        its run time (relaxed backfilling: the head's start slips by at most that)."""
+        if config.slack <= 0 or shadow == math.inf:
+            return shadow
+        k = head.index
+        if k not in deadlines:
+            deadlines[k] = shadow + config.slack * head.trace.duration
+        return max(shadow, deadlines[k])
+
     def backfill(now: float) -> None:
         """EASY: later jobs start now if they end before the head's reservation or leave it
         enough GPUs."""
@@ -1032,6 +1054,7 @@ def simulate(
                 break
         extra = [avail - head.trace.gpus]
         locks = locality_locks(now)
+        shadow = relaxed(head, shadow)
 
         def admit(k: int, need: int, est: float) -> np.ndarray | None:
             ok = free if now + est <= shadow or need <= extra[0] else None
@@ -1129,6 +1152,7 @@ def simulate(
                 break
         # the GPUs the head may start on at the shadow time, less those of the jobs started
         # meanwhile that will still run then
+        shadow = relaxed(head, shadow)
         at_shadow = None
         if reserved is not None:  # every job that ends by the shadow time frees its GPUs
             at_shadow = free.copy()
