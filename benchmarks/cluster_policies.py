@@ -106,6 +106,34 @@ def replica_jobs(trace: str, cluster: str, load: float, rep: int, days: float | 
     return at_load(jobs, int((~c.busy_mask).sum()), load, span)[0]
 
 
+def read_runs(path) -> list[RunSummary]:
+    """The replays of a ``runs.csv``."""
+    with open(path, newline="") as fh:
+        return [RunSummary.from_row(r) for r in csv.DictReader(fh)]
+
+
+def write_runs(path, rows: list[RunSummary]) -> None:
+    """One CSV row per replay (:meth:`RunSummary.row`)."""
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].row()))
+        w.writeheader()
+        for r in rows:
+            w.writerow(r.row())
+
+
+def progress_printer(total: int, t0: float, every: int = 25):
+    """A ``run_cells`` progress callback: a line on stderr every ``every`` replays."""
+    done = [0]
+
+    def progress(_r):
+        done[0] += 1
+        if done[0] % every == 0 or done[0] == total:
+            print(f"  {done[0]}/{total} replays, {time.perf_counter() - t0:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    return progress
+
+
 def use_study(name: str, trace: str, cluster: str, windowed: bool,
               columns: dict[str, str] | None = None) -> None:  # fmt: skip
     """Measure the user's own study ``name`` (a trace file, read with the generic ``columns``
@@ -567,25 +595,16 @@ def _main(args) -> int:
     admissions = ["any", "compact"] if args.admission == "both" else [args.admission]
     t0 = time.perf_counter()
     if args.from_csv:
-        with open(args.from_csv, newline="") as fh:
-            rows = [RunSummary.from_row(r) for r in csv.DictReader(fh)]
+        rows = read_runs(args.from_csv)
         return report(args, rows, sorted({r.load for r in rows}), replicas, days, None)
     todo = cells(loads, replicas, admissions, days)
-    done = [0]
-
-    def progress(r):
-        done[0] += 1
-        if done[0] % 25 == 0 or done[0] == len(todo):
-            print(f"  {done[0]}/{len(todo)} replays, {time.perf_counter() - t0:.0f} s",
-                  file=sys.stderr, flush=True)  # fmt: skip
-
     rows = run_cells(
         todo,
         lambda c: _jobs(c.trace, c.load, c.replica, days, args.replica_method),
         lambda c: _cluster_path(c.trace),
         workers=args.workers,
         use_ray=args.ray,
-        progress=progress,
+        progress=progress_printer(len(todo), t0),
     )
     return report(args, rows, loads, replicas, days, time.perf_counter() - t0)
 
@@ -647,11 +666,7 @@ def report(args, rows, loads, replicas, days, total):
     folder.mkdir(parents=True, exist_ok=True)
     meta = folder / "meta.json"
     if total is not None:
-        with open(folder / "runs.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0].row()))
-            w.writeheader()
-            for r in rows:
-                w.writerow(r.row())
+        write_runs(folder / "runs.csv", rows)
         meta.write_text(json.dumps({"minutes": total / 60, "workers": args.workers,
                                     "ray": args.ray}))  # fmt: skip
     run = (

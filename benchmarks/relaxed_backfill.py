@@ -19,9 +19,7 @@ Writes ``benchmarks/results/relaxed_backfill.md``, ``relaxed_backfill/runs.csv``
 from __future__ import annotations
 
 import argparse
-import csv
 import os
-import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -37,11 +35,14 @@ from benchmarks.cluster_policies import (
     _fmt_ci,
     cluster_file,
     paired_text,
+    progress_printer,
+    read_runs,
     replica_jobs,
+    write_runs,
 )
 from tsched.compare.policies import parse_policies
 from tsched.compare.simulator import SimConfig
-from tsched.compare.study import Cell, RunSummary, buckets, ci95, run_cells
+from tsched.compare.study import Cell, buckets, ci95, run_cells
 
 SLACKS = (0.1, 0.25, 0.5, 1.0)
 RELAXED = ("best-fit", "fgd")  # the rules measured with each slack
@@ -202,28 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     folder = RESULTS / f"relaxed_backfill{suffix}"
     t0 = time.perf_counter()
     if args.from_csv:
-        with open(args.from_csv, newline="") as fh:
-            rows = [RunSummary.from_row(r) for r in csv.DictReader(fh)]
+        rows = read_runs(args.from_csv)
         minutes = float("nan")
     else:
         todo = cells(loads, replicas, slacks)
-        done = [0]
-
-        def progress(_r):
-            done[0] += 1
-            if done[0] % 50 == 0 or done[0] == len(todo):
-                print(f"  {done[0]}/{len(todo)} replays, {time.perf_counter() - t0:.0f} s",
-                      file=sys.stderr, flush=True)  # fmt: skip
-
         rows = run_cells(todo, lambda c: _jobs(c, days),
                          lambda c: str(CLUSTERS / STUDIES[c.trace.split("/")[0]][1]),
-                         workers=args.workers, progress=progress)  # fmt: skip
+                         workers=args.workers,
+                         progress=progress_printer(len(todo), t0, 50))  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "runs.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0].row()))
-            w.writeheader()
-            for r in rows:
-                w.writerow(r.row())
+        write_runs(folder / "runs.csv", rows)
         minutes = (time.perf_counter() - t0) / 60
         (folder / "minutes.txt").write_text(f"{minutes:.2f}\n")
     if minutes != minutes and (folder / "minutes.txt").exists():
