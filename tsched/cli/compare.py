@@ -209,7 +209,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     table = Table(title=f"{args.placements}: {summary['protocol']}")
     for col in ("application", "fit rows", "predicted", "rank corr", "median error", "own fit",
-                "ceiling"):  # fmt: skip
+                "shape ceiling", "ceiling"):  # fmt: skip
         table.add_column(col)
     for name, e in summary["applications"].items():
         table.add_row(
@@ -217,6 +217,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             f"{e.get('rank_correlation', float('nan')):.3f}",
             f"{e.get('median_relative_error', float('nan')):.1%}",
             f"{e.get('own_fit_rank_correlation', float('nan')):.3f}",
+            f"{e.get('shape_ceiling_rank_correlation', float('nan')):.3f}",
             f"{e.get('ceiling_rank_correlation', float('nan')):.3f}",
         )  # fmt: skip
     con = Console(highlight=False)

@@ -17,12 +17,14 @@ The protocol (``tsched compare calibrate``) keeps every prediction out of its ow
 
 Alongside, ``ceiling_rank_correlation`` is what the best possible *additive* model (one factor
 per placement and one per batch size, fitted on the very rows being scored) reaches: measurement
-noise puts the limit there, whatever the model. ``own_fit_rank_correlation`` is this model with
-its network figures fitted on the application's own scored rows: what the model's form can reach
-on that application. The distance from it to the prediction is the cost of borrowing the network
-figures from other applications; the distance from the ceiling to it is what the form cannot
-express (each placement was measured in one run, so the ceiling also absorbs run-to-run drift
-that no model of the placement can predict).
+noise puts the limit there, whatever the model. ``shape_ceiling_rank_correlation`` is the same
+with one factor per placement *shape* (GPUs, nodes, GPUs on the busiest node) instead of per
+placement: the job model sees a placement only by its shape, so its distance to the ceiling is
+what placements of one shape differ by (which nodes, run-to-run drift), not the model's to
+close. ``own_fit_rank_correlation`` is this model with its network figures fitted on the
+application's own scored rows: what the model's form can reach on that application. The
+distance from it to the prediction is the cost of borrowing the network figures from other
+applications; the distance from the shape ceiling to it is what the form cannot express.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ __all__ = [
     "fit_app",
     "fit_network",
     "scaled_network",
+    "shape_ceiling",
 ]
 
 log = logging.getLogger(__name__)
@@ -298,13 +301,17 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def _additive_ceiling(rows: list[Measurement]) -> float:
-    """Rank correlation of the best placement × batch additive model of log step time."""
+def _additive_ceiling(rows: list[Measurement], key: Callable[[Measurement], Any] | None = None
+                      ) -> float:  # fmt: skip
+    """Rank correlation of the best placement × batch additive model of log step time; with
+    ``key``, one factor per ``key(row)`` (a group of placements) instead of per placement."""
     if len(rows) < 3:
         return float("nan")
-    pl = sorted({r.placement for r in rows})
+    key = key or (lambda r: r.placement)
+    groups = [key(r) for r in rows]
+    pl = sorted(set(groups))
     bs = sorted({r.local_bsz for r in rows})
-    pi = np.array([pl.index(r.placement) for r in rows])
+    pi = np.array([pl.index(g) for g in groups])
     bi = np.array([bs.index(r.local_bsz) for r in rows])
     y = np.log([r.step_time for r in rows])
     pe, be = np.zeros(len(pl)), np.zeros(len(bs))
@@ -314,6 +321,21 @@ def _additive_ceiling(rows: list[Measurement]) -> float:
         for k in range(len(bs)):
             be[k] = np.median(y[bi == k] - pe[pi[bi == k]])
     return _spearman(pe[pi] + be[bi], y)
+
+
+def shape_ceiling(rows: list[Measurement], cluster: Cluster) -> float:
+    """:func:`_additive_ceiling` with one factor per placement *shape* (GPUs, nodes, GPUs on
+    the busiest node), the job model's view of a placement, fitted on ``rows``. Its distance to
+    the per-placement ceiling is what placements of one shape differ by (which nodes, run-to-run
+    drift)."""
+    shapes: dict[str, tuple[int, int, int]] = {}
+
+    def shape(r: Measurement) -> tuple[int, int, int]:
+        if r.placement not in shapes:
+            shapes[r.placement] = placement_shape(cluster, placement_gpus(cluster, r.placement))
+        return shapes[r.placement]
+
+    return _additive_ceiling(rows, shape)
 
 
 def calibrate(
@@ -375,6 +397,7 @@ def calibrate(
                     np.median(np.abs(values - f.measured) / f.measured)
                 )
             entry["ceiling_rank_correlation"] = _additive_ceiling(target)
+            entry["shape_ceiling_rank_correlation"] = shape_ceiling(target, cluster)
             for r, p in zip(target, pred, strict=True):
                 predictions.append(
                     {
