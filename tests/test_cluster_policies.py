@@ -721,3 +721,21 @@ def test_the_policy_sweep_refuses_bad_input_in_one_line(own_study, argv, says, c
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("jobs", [100, 158, 160, 512])
+def test_few_jobs_names_the_jcts_numpy_p99_lies_between(jobs) -> None:
+    import re
+
+    from benchmarks.cluster_policies import _few_jobs
+
+    text = _few_jobs(jobs, 60.0)
+    words = {"longest": 1, "2nd longest": 2, "3rd longest": 3}
+    found = re.search(r"between a replica's (.+?) and (.+?) JCT", text)
+    ranks = [words.get(g) or int(g.split("th")[0]) for g in found.groups()]
+    jct = np.random.default_rng(jobs).permutation(np.arange(jobs, dtype=float) * 7 + 1)
+    longest = np.sort(jct)[::-1]
+    p99 = np.percentile(jct, 99)
+    assert longest[ranks[0] - 1] <= p99 <= longest[ranks[1] - 1]
+    assert ranks[0] == ranks[1] + 1 and "+1.0 min" in text
+    assert _few_jobs(46_000, 60.0) == ""  # a p99 over many jobs needs no such note
