@@ -26,8 +26,9 @@ the *shape ceiling* (one factor per placement shape, GPUs, nodes and busiest nod
 batch size: what the job model's view of a placement allows), and the *free all-reduce*: the
 compute law from the single-node rows, combined through γ with an all-reduce time free per
 shape (any network model at all), then again with the multi-node compute scaled by a free
-factor. Where the free all-reduce falls short of the goal, no network model does better with
-that compute law. Writes ``benchmarks/results/jobmodel_forms.md``.
+factor. Where the free all-reduce falls short of the goal, no network model fitted the same way
+(least squares on log step time) does better with that compute law. Writes
+``benchmarks/results/jobmodel_forms.md``.
 
     python -m benchmarks.jobmodel_forms
 """

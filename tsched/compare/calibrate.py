@@ -24,7 +24,9 @@ what placements of one shape differ by (which nodes, run-to-run drift), not the 
 close. ``own_fit_rank_correlation`` is this model with its network figures fitted on the
 application's own scored rows: what the model's form can reach on that application. The
 distance from it to the prediction is the cost of borrowing the network figures from other
-applications; the distance from the shape ceiling to it is what the form cannot express.
+applications; the distance from the shape ceiling to it is, roughly, what the form cannot
+express (the shape ceiling is additive in log step time, so a form in which compute and
+communication interact can pass it).
 """
 
 from __future__ import annotations
