@@ -389,8 +389,9 @@ def _goals(name, adm, goal_rows, names_b, floors):
                           " (met within the CI)")
                        + f"; p99 paired vs {bp} "
                        + _paired(stats[OURS], stats[bp], "p99")
-                       + ("" if ok else _few_jobs(stats[OURS]["jobs"], stats[OURS]["p99"][0]
-                                                  - stats[bp]["p99"][0])))  # fmt: skip
+                       + ("" if p99 <= 0 else _few_jobs(stats[OURS]["jobs"],
+                                                        stats[OURS]["p99"][0]
+                                                        - stats[bp]["p99"][0])))  # fmt: skip
         return out
     for load, stats, best, best_p99 in goal_rows:
         ours, b = stats[OURS], stats[best]
@@ -430,7 +431,7 @@ def _few_jobs(jobs: int, gap: float) -> str:
     low = int(math.floor(0.99 * (jobs - 1)))  # numpy's linear percentile: sorted[low], [low+1]
     a, b = jobs - low, jobs - low - 1  # ranks from the longest (1)
     rank = {1: "longest", 2: "2nd longest", 3: "3rd longest"}
-    text = " and ".join(rank.get(k, f"{k}th longest") for k in (a, b) if k >= 1)
+    text = " and ".join(rank.get(k, f"{k}th longest") for k in (a, b))  # b ≥ 1 for jobs ≥ 2
     return (f" (why: the p99 of {jobs} jobs lies between a replica's {text} JCT, so two jobs' "
             f"waits and placements set it; the gap is {gap / 60:+.1f} min)")  # fmt: skip
 

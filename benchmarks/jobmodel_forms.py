@@ -53,9 +53,9 @@ from tsched.compare.calibrate import (
     _spearman,
     fit_app,
     read_placements,
+    row_shapes,
     shape_ceiling,
 )
-from tsched.compare.jobmodel import placement_gpus, placement_shape
 
 PLACEMENTS = ROOT / "tests" / "data" / "traces" / "pollux_placements_all.csv"
 CLUSTER = ROOT / "models" / "clusters" / "g4dn-12xlarge-16node.yaml"
@@ -84,10 +84,7 @@ class Form:
 
     def _data(self, rows):
         f = _features(rows, self.apps, self.cluster)
-        keys = []
-        for r in rows:
-            n, k, _m = placement_shape(self.cluster, placement_gpus(self.cluster, r.placement))
-            keys.append(self.group(n, k))
+        keys = [self.group(n, k) for n, k, _m in row_shapes(rows, self.cluster)]
         g = None if self.gammas is None else np.array([self.gammas[r.application] for r in rows])
         return f, keys, g
 
@@ -145,7 +142,7 @@ def free_allreduce(rows, cluster, apps, compute_scale: bool = False) -> np.ndarr
     time free per placement shape, with γ (and, with ``compute_scale``, a factor on the compute)
     fitted on ``rows`` themselves by least squares on log step time."""
     f = _features(rows, apps, cluster)
-    keys = [placement_shape(cluster, placement_gpus(cluster, r.placement)) for r in rows]
+    keys = row_shapes(rows, cluster)
     shapes = sorted(set(keys))
     idx = np.array([shapes.index(k) for k in keys])
     y = f.measured
@@ -173,19 +170,20 @@ def main() -> int:
     apps = {name: fit_app(name, rs, cluster, 1)[0] for name, rs in by.items()}
     overlap = {n: single_node_overlap(rs, cluster, apps[n].gradient_gb) for n, rs in by.items()}
     gammas = {n: g for n, (g, _o) in overlap.items()}
+    scored = {n: [r for r in rs if r.nodes > 1] for n, rs in by.items()}  # multi-node rows
+    ceilings = {n: _additive_ceiling(target) for n, target in scored.items()}
     table, own_gamma = [], {}
     for form in ("shipped", "factor per K", "factor per (N, K)", "overlap from one node"):
         model = Form(form if form != "overlap from one node" else "shipped", cluster, apps,
                      gammas if form == "overlap from one node" else None)  # fmt: skip
-        for name, rs in by.items():
-            target = [r for r in rs if r.nodes > 1]
+        for name, target in scored.items():
             others = [r for r in rows if r.application != name and r.nodes > 1]
             pred, y = model.predict(model.fit(others), target)
             own_params = model.fit(target)
             own, _ = model.predict(own_params, target)
             if form == "shipped":
                 own_gamma[name] = float(own_params[0][3])  # scale, κ, θ, γ, factors
-            ceiling = _additive_ceiling(target)
+            ceiling = ceilings[name]
             rho = _spearman(pred, y)
             table.append([
                 form, name, f"{rho:.3f}", f"{np.median(np.abs(pred - y) / y) * 100:.1f} %",
@@ -194,10 +192,9 @@ def main() -> int:
             ])  # fmt: skip
             print(" | ".join(table[-1]), flush=True)
     bounds = []
-    for name, rs in by.items():
-        target = [r for r in rs if r.nodes > 1]
+    for name, target in scored.items():
         y = np.array([r.step_time for r in target])
-        goal = _additive_ceiling(target) - 0.05
+        goal = ceilings[name] - 0.05
         free = _spearman(free_allreduce(target, cluster, apps), y)
         scaled = _spearman(free_allreduce(target, cluster, apps, compute_scale=True), y)
         bounds.append([name, f"{goal:.3f}", f"{shape_ceiling(target, cluster):.3f}",

@@ -739,3 +739,19 @@ def test_few_jobs_names_the_jcts_numpy_p99_lies_between(jobs) -> None:
     assert longest[ranks[0] - 1] <= p99 <= longest[ranks[1] - 1]
     assert ranks[0] == ranks[1] + 1 and "+1.0 min" in text
     assert _few_jobs(46_000, 60.0) == ""  # a p99 over many jobs needs no such note
+
+
+def test_pollux_p99_is_set_by_its_long_yolov3_jobs() -> None:
+    """The README's reading of Pollux's p99: the JCTs it lies between (the 3rd and 2nd longest
+    of a replica's 158 jobs) are 8-hour, 4-GPU yolov3 runs, under fgd and under whole-nodes."""
+    from benchmarks.cluster_policies import STUDIES, cluster_file, replica_jobs
+
+    trace, cluster = STUDIES["pollux-6"]
+    jobs = replica_jobs(trace, cluster, 1.4, 0, None)
+    assert len(jobs) == 158
+    for policy in ("fgd", "whole-nodes"):
+        config = parse_policies([policy], SimConfig(queue="backfill"))[0]
+        records = simulate(jobs, cluster_file(cluster), config).records
+        tail = sorted(records, key=lambda r: -r.jct)[1:3]
+        assert all(r.app == "yolov3" and r.gpus == 4 for r in tail), policy
+        assert all(abs(r.ideal / 3600 - 8) < 0.5 for r in tail), policy

@@ -267,12 +267,11 @@ def test_no_network_model_reaches_ncf_goal_with_its_single_node_compute_law() ->
 
     rows = read_placements(TRACES / "pollux_placements_all.csv")
     cluster = tsched.load_cluster(G4DN)
-    by = {n: [r for r in rows if r.application == n] for n in ("bert", "ncf", "cifar10",
-                                                                "imagenet")}  # fmt: skip
+    by = {n: [r for r in rows if r.application == n] for n in ("bert", "ncf")}
     apps = {n: fit_app(n, rs, cluster)[0] for n, rs in by.items()}
     reach = {}
-    for name in ("bert", "ncf"):
-        target = [r for r in by[name] if r.nodes > 1]
+    for name, rs in by.items():
+        target = [r for r in rs if r.nodes > 1]
         y = [r.step_time for r in target]
         best = max(spearmanr(free_allreduce(target, cluster, apps, s), y).statistic
                    for s in (False, True))  # fmt: skip

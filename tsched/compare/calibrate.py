@@ -64,6 +64,7 @@ __all__ = [
     "calibrate",
     "fit_app",
     "fit_network",
+    "row_shapes",
     "scaled_network",
     "shape_ceiling",
 ]
@@ -303,14 +304,12 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     return float(spearmanr(a, b).statistic)
 
 
-def _additive_ceiling(rows: list[Measurement], key: Callable[[Measurement], Any] | None = None
-                      ) -> float:  # fmt: skip
+def _additive_ceiling(rows: list[Measurement], groups: list[Any] | None = None) -> float:
     """Rank correlation of the best placement × batch additive model of log step time; with
-    ``key``, one factor per ``key(row)`` (a group of placements) instead of per placement."""
+    ``groups`` (one per row), one factor per group of placements instead of per placement."""
     if len(rows) < 3:
         return float("nan")
-    key = key or (lambda r: r.placement)
-    groups = [key(r) for r in rows]
+    groups = groups if groups is not None else [r.placement for r in rows]
     pl = sorted(set(groups))
     bs = sorted({r.local_bsz for r in rows})
     pi = np.array([pl.index(g) for g in groups])
@@ -325,19 +324,20 @@ def _additive_ceiling(rows: list[Measurement], key: Callable[[Measurement], Any]
     return _spearman(pe[pi] + be[bi], y)
 
 
-def shape_ceiling(rows: list[Measurement], cluster: Cluster) -> float:
-    """:func:`_additive_ceiling` with one factor per placement *shape* (GPUs, nodes, GPUs on
-    the busiest node), the job model's view of a placement, fitted on ``rows``. Its distance to
-    the per-placement ceiling is what placements of one shape differ by (which nodes, run-to-run
-    drift)."""
+def row_shapes(rows: list[Measurement], cluster: Cluster) -> list[tuple[int, int, int]]:
+    """Each row's placement shape on ``cluster``: (GPUs, nodes, GPUs on the busiest node), the
+    job model's view of a placement (each placement resolved once)."""
     shapes: dict[str, tuple[int, int, int]] = {}
+    for p in {r.placement for r in rows}:
+        shapes[p] = placement_shape(cluster, placement_gpus(cluster, p))
+    return [shapes[r.placement] for r in rows]
 
-    def shape(r: Measurement) -> tuple[int, int, int]:
-        if r.placement not in shapes:
-            shapes[r.placement] = placement_shape(cluster, placement_gpus(cluster, r.placement))
-        return shapes[r.placement]
 
-    return _additive_ceiling(rows, shape)
+def shape_ceiling(rows: list[Measurement], cluster: Cluster) -> float:
+    """:func:`_additive_ceiling` with one factor per placement shape (:func:`row_shapes`),
+    fitted on ``rows``. Its distance to the per-placement ceiling is what placements of one
+    shape differ by (which nodes, run-to-run drift)."""
+    return _additive_ceiling(rows, row_shapes(rows, cluster))
 
 
 def calibrate(
