@@ -16,7 +16,10 @@ with 95 % bands, bucket bars, JCT CDFs). ``--quick`` writes the ``-quick`` varia
 format :func:`tsched.compare.traces.load_trace` reads, any cluster/v1 file or preset), measured
 with the same replicas, intervals, buckets, ceiling and goal verdicts, and written as
 ``cluster_policies-NAME.md`` and ``cluster_policies-NAME/`` (``--name``, default the trace's
-file stem); ``--loads`` and ``--admission`` choose the points.
+file stem); ``--loads`` and ``--admission`` choose the points. ``--load-basis window`` makes a
+load the GPU-hours demanded inside the arrival window over capacity
+(:func:`tsched.compare.study.window_load`) rather than those offered; the report gives both for
+every point and warns where the offered load leaves the window far from full.
 
     python -m benchmarks.cluster_policies [--quick] [--ray] [--workers N]
     python -m benchmarks.cluster_policies --trace T.csv --cluster C.yaml [--loads 0.8,1.0]
@@ -65,6 +68,7 @@ STUDIES = {
 # WINDOWED replays its first ``--days`` days a replica, the others all of their trace
 ACTIVE: dict[str, tuple[str, str]] = dict(STUDIES)
 WINDOWED = {"philly"}
+LOAD_BASIS = ["offered"]  # what --loads means: the offered load, or the load in the window
 COLUMNS: dict[str, str] = {}  # a generic CSV's column mapping (``--columns``)
 BASELINES = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "spread", "random",
              "greedy"]  # fmt: skip
@@ -95,15 +99,23 @@ def trace_file(trace: str, cluster: str) -> tuple:
 
 @cache
 def replica_jobs(trace: str, cluster: str, load: float, rep: int, days: float | None,
-                 method: str = "jitter") -> list:  # fmt: skip
+                 method: str = "jitter", basis: str = "offered") -> list:  # fmt: skip
     """Replica ``rep`` of ``trace`` (its first ``days`` days; all of it for ``None``) with
-    arrivals scaled to the offered ``load`` on ``cluster`` (file names)."""
+    arrivals scaled to ``load`` on ``cluster`` (file names), the offered load or the load in
+    the arrival window (``basis``, :func:`tsched.compare.study.at_load`)."""
+    return _replica(trace, cluster, load, rep, days, method, basis)[0]
+
+
+@cache
+def _replica(trace, cluster, load, rep, days, method, basis) -> tuple[list, float]:
+    """:func:`replica_jobs` and the replica's arrival window after scaling, seconds."""
     c = cluster_file(cluster)
     if method == "jitter":
         jobs, span = jitter_replica(list(trace_file(trace, cluster)), rep, days)
     else:
         jobs, span = replica(list(trace_file(trace, cluster)), rep, days or 7.0)
-    return at_load(jobs, int((~c.busy_mask).sum()), load, span)[0]
+    scaled, factor = at_load(jobs, int((~c.busy_mask).sum()), load, span, basis)
+    return scaled, span * factor
 
 
 def read_runs(path) -> list[RunSummary]:
@@ -162,9 +174,54 @@ def _trace(name: str) -> tuple:
 
 
 def _jobs(name: str, load: float, rep: int, days: float, method: str = "jitter") -> list:
+    return _replica(*_replica_key(name, load, rep, days, method))[0]
+
+
+def _replica_key(name, load, rep, days, method) -> tuple:
     if method == "jitter":  # Pollux workload 6: all of it (7.8 h)
-        return replica_jobs(*ACTIVE[name], load, rep, days if name in WINDOWED else None)
-    return replica_jobs(*ACTIVE[name], load, rep, days, method)
+        return (*ACTIVE[name], load, rep, days if name in WINDOWED else None, method,
+                LOAD_BASIS[0])  # fmt: skip
+    return (*ACTIVE[name], load, rep, days, method, LOAD_BASIS[0])
+
+
+def both_loads(name: str, load: float, reps, days: float, method: str) -> tuple[float, float]:
+    """The offered load and the load in the arrival window (means over ``reps``) of the
+    replicas this study replays at ``load``."""
+    from tsched.compare.study import offered_load, window_load
+
+    gpus = int((~_cluster(name).busy_mask).sum())
+    pairs = [(offered_load(jobs, gpus, span), window_load(jobs, gpus, span))
+             for jobs, span in (_replica(*_replica_key(name, load, r, days, method))
+                                for r in reps)]  # fmt: skip
+    return float(np.mean([p[0] for p in pairs])), float(np.mean([p[1] for p in pairs]))
+
+
+def load_note(rows, loads, days, method) -> str:
+    """Markdown: per study and load point, the offered load and the load in the window, and
+    where the window never fills (long jobs hold the work), a warning."""
+    lines, warn = [], []
+    for name in ACTIVE:
+        reps = sorted({r.replica for r in rows if r.trace == name})
+        pairs = [both_loads(name, x, reps, days, method) for x in loads]
+        lines.append(f"| {name} | " + " | ".join(f"{o:.2f} / {w:.2f}" for o, w in pairs) + " |")
+        if LOAD_BASIS[0] == "offered" and max(loads) >= 1 and pairs[-1][1] < 0.9:
+            warn.append(
+                f"`{name}` at offered load {loads[-1]:g} demands only {pairs[-1][1]:.2f} of "
+                "the cluster inside its arrival window (its long jobs run on past it), so the "
+                "queue that placement acts on barely forms; `--load-basis window` scales the "
+                "arrivals to the load in the window instead."
+            )
+    head = "| study | " + " | ".join(f"{x:g}" for x in loads) + " |"
+    return (
+        "Load at each point, offered / in the window (the GPU-hours demanded before the arrival "
+        "window closes, as if every job started on arrival, over capacity; mean of replicas); "
+        f"the sweep's points are the {LOAD_BASIS[0]} load:\n\n{head}\n|---|"
+        + "---|" * len(loads)
+        + "\n"
+        + "\n".join(lines)
+        + "\n\n"
+        + "".join(f"**Note.** {w}\n\n" for w in warn)
+    )
 
 
 def policies_for(admission):
@@ -483,7 +540,11 @@ def plots(rows, loads, folder):
                     (line,) = ax.plot(x, m[:, 0], marker="o", ms=3, label=pol, **style)
                     ax.fill_between(x, m[:, 1], m[:, 2], alpha=0.12, color=line.get_color())
                 ax.set_yscale("log")
-                ax.set_xlabel("offered load (GPU-hours offered / capacity)")
+                ax.set_xlabel(
+                    "offered load (GPU-hours offered / capacity)"
+                    if LOAD_BASIS[0] == "offered"
+                    else "load in the arrival window (GPU-hours demanded in it / capacity)"
+                )
                 ax.set_ylabel(f"{title} (h), 95% CI band")
                 ax.set_title(f"{name}: {title}, {adm} admission")
                 ax.grid(alpha=0.3)
@@ -571,6 +632,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", help="--trace: the study's name (default: the file stem)")
     parser.add_argument("--loads", metavar="L,…", help="offered loads (default 0.6–1.4)")
     parser.add_argument("--admission", choices=("any", "compact", "both"), default="both")
+    parser.add_argument(
+        "--load-basis",
+        choices=("offered", "window"),
+        default="offered",
+        help="what a load means: offered GPU-hours over capacity (default) or those demanded "
+        "inside the arrival window",
+    )
     parser.add_argument("--out", metavar="DIR", help="where to write (default benchmarks/results)")
     parser.add_argument("--from-csv", metavar="CSV", help="rewrite the report from a runs.csv")
     args = parser.parse_args(argv)
@@ -599,6 +667,7 @@ def _main(args) -> int:
             _trace(n)
     elif args.columns or args.name:
         raise InputError("--columns and --name go with --trace")
+    LOAD_BASIS[0] = args.load_basis
     if args.quick:
         loads, replicas, days = [0.8, 1.0, 1.2], 3, 2.0
     else:
@@ -634,7 +703,8 @@ def _cluster_path(name: str) -> str:
 def _result_name(args) -> str:
     """``cluster_policies``, ``-NAME`` for a user's study, ``-quick`` for ``--quick``."""
     own = "" if ACTIVE.keys() == STUDIES.keys() and not args.trace else "-" + "-".join(ACTIVE)
-    return "cluster_policies" + own + ("-quick" if args.quick else "")
+    basis = "" if args.load_basis == "offered" else "-window"
+    return "cluster_policies" + own + basis + ("-quick" if args.quick else "")
 
 
 def _command(args) -> str:
@@ -645,6 +715,8 @@ def _command(args) -> str:
             cmd += f" --{flag} {value}"
     if args.admission != "both":
         cmd += f" --admission {args.admission}"
+    if args.load_basis != "offered":
+        cmd += f" --load-basis {args.load_basis}"
     return cmd
 
 
@@ -705,8 +777,13 @@ def report(args, rows, loads, replicas, days, total):
         f"# Cluster placement policies: load sweep with replicas\n\n`{_command(args)}` — "
         f"{machine()}; {len(rows)} replays in {run['minutes']:.1f} min ({run['workers']} "
         f"processes{', Ray' if run['ray'] else ''}).\n\n"
-        f"Queue: `backfill` (EASY). Loads {', '.join(f'{x:g}' for x in loads)} (offered GPU-hours "
-        "over capacity, reached by scaling arrival times). "
+        f"Queue: `backfill` (EASY). Loads {', '.join(f'{x:g}' for x in loads)} ("
+        + (
+            "offered GPU-hours over capacity"
+            if LOAD_BASIS[0] == "offered"
+            else "GPU-hours demanded inside the arrival window over capacity"
+        )
+        + ", reached by scaling arrival times). "
         f"{replicas} replicas per load, "
         + (
             "each the trace with a random 1 % of its jobs left out and every arrival moved by up "
@@ -736,6 +813,7 @@ def report(args, rows, loads, replicas, days, total):
         "a job back for "
         "a compact placement when one is expected sooner than the scattered placement would "
         "slow the job (the job model prices the delay).\n\n"
+        + load_note(rows, loads, days, args.replica_method)
         + mechanism(rows, loads)
         + "\n## Goals\n\n"
         + "\n".join(verdicts)

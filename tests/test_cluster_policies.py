@@ -25,6 +25,7 @@ from tsched.compare.study import (
     offered_load,
     paired_ci95,
     replica,
+    window_load,
 )
 from tsched.compare.traces import TraceJob
 from tsched.errors import InputError
@@ -555,6 +556,34 @@ def test_load_scaling_reaches_the_asked_load() -> None:
     assert factor == pytest.approx(2.75 / 0.5)
 
 
+def test_window_load_counts_only_the_work_before_the_window_closes() -> None:
+    jobs = [job("a", 0.0, 2, 500.0), job("b", 900.0, 2, 500.0), job("late", 1200.0, 4, 50.0)]
+    # a: 2 x 500 inside; b: 2 x 100 of its 500 before 1000 s; late arrives after the window
+    assert window_load(jobs, 4, 1000.0) == pytest.approx((1000 + 200) / 4000)
+    assert offered_load(jobs, 4, 1000.0) == pytest.approx((1000 + 1000 + 200) / 4000)
+
+
+def test_window_basis_compresses_arrivals_until_the_window_holds_the_load() -> None:
+    # long jobs: each runs 10 x the gap between arrivals, so much of the work ends past the window
+    jobs = [job(f"j{k}", k * 100.0, 2, 1000.0) for k in range(11)]
+    scaled, factor = at_load(jobs, 4, 0.9, basis="window")
+    assert window_load(scaled, 4) == pytest.approx(0.9, rel=1e-8)
+    offered_factor = at_load(jobs, 4, 0.9)[1]
+    assert factor < offered_factor  # compressed further than the offered basis
+    assert offered_load(scaled, 4) > 0.9
+    # short jobs that end inside the window (closing 100 s after the last arrival): bases agree
+    short = [job(f"s{k}", k * 100.0, 2, 10.0) for k in range(11)]
+    assert at_load(short, 4, 0.1, 1100.0, "window")[1] == pytest.approx(
+        at_load(short, 4, 0.1, 1100.0)[1]
+    )
+    # however hard the arrivals are compressed, 11 jobs of 2 GPUs hold at most this much of 4
+    limit = sum(2 * (1000.0 - k * 100.0) for k in range(11)) / (4 * 1000.0)
+    with pytest.raises(InputError, match=f"at most {limit:.3g} of the window"):
+        at_load(jobs, 4, limit + 0.01, basis="window")
+    with pytest.raises(InputError, match="expected one of offered, window"):
+        at_load(jobs, 4, 0.5, basis="busy")
+
+
 def test_day_block_replicas_keep_each_days_arrivals() -> None:
     day = 86400.0
     jobs = [job(f"d{d}-{k}", d * day + k * 600.0, 1, 60.0) for d in range(5) for k in range(d + 1)]
@@ -664,6 +693,7 @@ def own_study():
 
     saved = dict(cp.ACTIVE), set(cp.WINDOWED), dict(cp.COLUMNS)
     yield cp
+    cp.LOAD_BASIS[:] = ["offered"]
     cp.ACTIVE.clear()
     cp.ACTIVE.update(saved[0])
     cp.WINDOWED.clear()
@@ -702,6 +732,36 @@ def test_the_policy_sweep_measures_a_users_own_trace_and_cluster(own_study, tmp_
     assert code == 0
     again = (out / "cluster_policies-mine.md").read_text()
     assert again.split("## Goals")[1] == text.split("## Goals")[1]
+
+
+def test_the_policy_sweep_scales_to_the_load_in_the_window(own_study, tmp_path) -> None:
+    root = Path(__file__).parents[1]
+    lines = (root / "tests/data/traces/pollux_workload-6.csv").read_text().splitlines()
+    trace = tmp_path / "mine.csv"
+    trace.write_text("\n".join(lines[:31]) + "\n")
+    out = tmp_path / "out"
+    base = ["--trace", str(trace), "--cluster", "leaf-spine-64", "--replicas", "2",
+            "--admission", "compact", "--workers", "1", "--out", str(out)]  # fmt: skip
+    assert own_study.main([*base, "--loads", "0.6"]) == 0
+    offered = (out / "cluster_policies-mine.md").read_text()
+    # 30 jobs of up to 8 hours: at offered load 0.6 the window holds far less, and it says so
+    row = next(x for x in offered.splitlines() if x.startswith("| mine | "))
+    o, w = (float(v) for v in row.split("|")[2].split("/"))
+    assert o == pytest.approx(0.6, abs=0.005) and w < 0.3
+    assert "**Note.** `mine` at offered load 0.6" not in offered  # a sweep below 1 is not warned
+    assert own_study.main([*base, "--loads", "0.6", "--load-basis", "window"]) == 0
+    window = (out / "cluster_policies-mine-window.md").read_text()
+    assert "--load-basis window" in window and "demanded inside the arrival window" in window
+    row = next(x for x in window.splitlines() if x.startswith("| mine | "))
+    o2, w2 = (float(v) for v in row.split("|")[2].split("/"))
+    assert w2 == pytest.approx(0.6, abs=0.005) and o2 > 1.5
+
+    def queueing(folder: str) -> float:  # best fit's mean queueing delay over the replicas
+        with open(out / folder / "runs.csv") as fh:
+            return float(np.mean([float(r["queue_mean"]) for r in csv.DictReader(fh)
+                                  if r["policy"] == "best-fit"]))  # fmt: skip
+
+    assert queueing("cluster_policies-mine-window") > queueing("cluster_policies-mine")
 
 
 @pytest.mark.parametrize(

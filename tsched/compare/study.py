@@ -6,7 +6,10 @@ compares means with 95 % confidence intervals.
 
 * **Offered load** = offered GPU-seconds (each job's GPUs × its compact run time) over the
   cluster's usable GPUs × the arrival window. A load is reached by scaling the arrival times
-  (the cluster stays as it is): :func:`at_load`.
+  (the cluster stays as it is): :func:`at_load`. The **load in the window**
+  (:func:`window_load`) counts only the GPU-seconds demanded before the window closes: where long
+  jobs hold much of a trace's work it is well below the offered load, and ``at_load(...,
+  basis="window")`` scales the arrivals to it instead.
 * **Replicas**, two methods. :func:`jitter_replica` keeps the trace as it is and perturbs it (a
   random 1 % of the jobs left out, every arrival moved by up to ±5 minutes): the intervals then
   measure how sensitive a replay is to chance, and a difference that survives them belongs to the
@@ -40,6 +43,8 @@ from tsched.errors import InputError
 __all__ = [
     "DAY",
     "offered_load",
+    "window_load",
+    "LOAD_BASES",
     "at_load",
     "replica",
     "jitter_replica",
@@ -69,15 +74,89 @@ def offered_load(jobs: Sequence[TraceJob], gpus: int, span: float | None = None)
     return work / (gpus * span)
 
 
+def window_load(jobs: Sequence[TraceJob], gpus: int, span: float | None = None) -> float:
+    """GPU-seconds demanded inside the arrival window, over ``gpus`` × the window (``span``;
+    by default from the first to the last submit time): each job counts its GPUs × the part of
+    its run time before the window closes, as if it started on arrival. Below
+    :func:`offered_load` by the work that runs past the window; a trace whose long jobs hold
+    much of its work (Philly: jobs of weeks) offers a load in the window well under its offered
+    load, and its queue builds later, if at all.
+
+    >>> jobs = [TraceJob("a", 0.0, 2, 100.0, "bert"), TraceJob("b", 50.0, 2, 100.0, "bert")]
+    >>> offered_load(jobs, 4, 100.0), window_load(jobs, 4, 100.0)  # b runs 50 s past the end
+    (1.0, 0.75)
+    """
+    if not jobs:
+        return 0.0
+    submit, g, d = _arrays(jobs)
+    if span is None:
+        span = float(submit.max() - submit.min())
+    if span <= 0:
+        raise InputError("window load: the jobs arrive at one instant; no arrival window")
+    left = np.clip(submit.min() + span - submit, 0.0, None)
+    return float(np.sum(g * np.minimum(d, left)) / (gpus * span))
+
+
+def _arrays(jobs: Sequence[TraceJob]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (np.array([j.submit for j in jobs], dtype=float),
+            np.array([j.gpus for j in jobs], dtype=float),
+            np.array([j.duration for j in jobs], dtype=float))  # fmt: skip
+
+
+LOAD_BASES = ("offered", "window")
+
+
 def at_load(
-    jobs: Sequence[TraceJob], gpus: int, load: float, span: float | None = None
+    jobs: Sequence[TraceJob],
+    gpus: int,
+    load: float,
+    span: float | None = None,
+    basis: str = "offered",
 ) -> tuple[list[TraceJob], float]:
-    """The jobs with arrival times scaled so the offered load is ``load``; and the factor."""
+    """The jobs with arrival times scaled so the load is ``load``; and the factor. ``basis``:
+    ``offered`` (:func:`offered_load`, the default) or ``window`` (:func:`window_load`; the
+    arrival window scales with the arrivals, the run times stay, so compressing the arrivals
+    raises the load in the window until every job runs past its end: a load at or above that
+    limit is refused)."""
     if not load > 0:
         raise InputError(f"load must be > 0, got {load!r}")
-    factor = offered_load(jobs, gpus, span) / load
+    if basis not in LOAD_BASES:
+        raise InputError(f"load basis: expected one of {', '.join(LOAD_BASES)}, got {basis!r}")
     t0 = min(j.submit for j in jobs)
+    factor = offered_load(jobs, gpus, span) / load
+    if basis == "window":
+        factor = _window_factor(jobs, gpus, load, span, factor)
     return [replace(j, submit=(j.submit - t0) * factor) for j in jobs], factor
+
+
+def _window_factor(jobs, gpus, load, span, hi) -> float:
+    """The arrival-time factor at which :func:`window_load` is ``load`` (it falls as the
+    factor grows; at the offered-load factor it is at most ``load``)."""
+    from scipy.optimize import brentq
+
+    submit, g, d = _arrays(jobs)
+    rel = submit - submit.min()
+    span = float(rel.max()) if span is None else float(span)
+    if span <= 0:
+        raise InputError("window load: the jobs arrive at one instant; no arrival window")
+    left = np.clip(span - rel, 0.0, None)
+
+    def excess(f: float) -> float:  # window load at factor f, minus the target
+        return float(np.sum(g * np.minimum(d / f, left)) / (gpus * span)) - load
+
+    limit = float(np.sum(g * left) / (gpus * span))  # every job runs past the window's end
+    if load >= limit * (1 - 1e-9):
+        raise InputError(
+            f"window load {load:g} is out of reach on {gpus:,} GPUs: however the arrivals are "
+            f"compressed, the jobs demand at most {limit:.3g} of the window (each job's GPUs "
+            "from its arrival to the window's end); choose a lower load or the offered basis"
+        )
+    if excess(hi) >= 0:
+        return hi
+    lo = hi
+    while excess(lo) < 0:
+        lo /= 2
+    return float(brentq(excess, lo, hi, xtol=1e-12 * hi, rtol=1e-10))
 
 
 def jitter_replica(
