@@ -683,6 +683,8 @@ def _main(args) -> int:
         rows = read_runs(args.from_csv)
         return report(args, rows, sorted({r.load for r in rows}), replicas, days, None)
     todo = cells(loads, replicas, admissions, days)
+    for c in todo:  # a load out of reach fails here, before any replay (replicas are cached)
+        _jobs(c.trace, c.load, c.replica, days, args.replica_method)
     rows = run_cells(
         todo,
         lambda c: _jobs(c.trace, c.load, c.replica, days, args.replica_method),

@@ -773,6 +773,7 @@ def test_the_policy_sweep_scales_to_the_load_in_the_window(own_study, tmp_path) 
         (["--loads", "0,1"], "--loads: expected positive"),
         (["--replicas", "1"], "--replicas: expected at least 2"),
         (["--name", "x"], "--columns and --name go with --trace"),
+        (["--load-basis", "window", "--loads", "1000"], "window load 1000 is out of reach"),
     ],
 )
 def test_the_policy_sweep_refuses_bad_input_in_one_line(own_study, argv, says, capsys,
