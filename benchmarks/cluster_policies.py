@@ -97,7 +97,6 @@ def trace_file(trace: str, cluster: str) -> tuple:
                             max_gpus=int((~c.busy_mask).sum())))  # fmt: skip
 
 
-@cache
 def replica_jobs(trace: str, cluster: str, load: float, rep: int, days: float | None,
                  method: str = "jitter", basis: str = "offered") -> list:  # fmt: skip
     """Replica ``rep`` of ``trace`` (its first ``days`` days; all of it for ``None``) with

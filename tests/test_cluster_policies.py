@@ -749,6 +749,11 @@ def test_the_policy_sweep_scales_to_the_load_in_the_window(own_study, tmp_path) 
     o, w = (float(v) for v in row.split("|")[2].split("/"))
     assert o == pytest.approx(0.6, abs=0.005) and w < 0.3
     assert "**Note.** `mine` at offered load 0.6" not in offered  # a sweep below 1 is not warned
+    assert own_study.main([*base, "--loads", "1.0", "--replicas", "2"]) == 0
+    assert (
+        "**Note.** `mine` at offered load 1 demands only 0."
+        in (out / "cluster_policies-mine.md").read_text()
+    )
     assert own_study.main([*base, "--loads", "0.6", "--load-basis", "window"]) == 0
     window = (out / "cluster_policies-mine-window.md").read_text()
     assert "--load-basis window" in window and "demanded inside the arrival window" in window
