@@ -178,6 +178,23 @@ def admits_compact(cluster: Cluster, gpus: np.ndarray) -> bool:
     return int((counts < cluster.gpus_per_node[nodes]).sum()) <= 1
 
 
+def compact_room(per_node: np.ndarray, size: np.ndarray, n: int) -> bool:
+    """Whether some placement of ``n`` GPUs that :func:`admits_compact` is free (``per_node``
+    free GPUs of nodes of ``size``): a node with room for a job of up to the largest node; else
+    whole free nodes and the freest other node together with room.
+
+    >>> size = np.array([8, 8, 8])
+    >>> compact_room(np.array([8, 5, 3]), size, 6), compact_room(np.array([7, 5, 3]), size, 8)
+    (True, False)
+    >>> compact_room(np.array([8, 5, 3]), size, 13), compact_room(np.array([8, 4, 4]), size, 13)
+    (True, False)
+    """
+    if n <= int(size.max()):
+        return bool(per_node.max(initial=0) >= n)
+    whole = per_node == size
+    return int(size[whole].sum()) + int(per_node[~whole].max(initial=0)) >= n
+
+
 def compact_nodes(per_node: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:
     """The nodes a compact placement of ``n`` GPUs may use (a mask): nodes with room for the whole
     job, or, for a job larger than a node, whole free nodes and nodes with room for the
@@ -269,18 +286,29 @@ def _tightest(
     least free GPUs; ``inside(allowed_nodes)`` places the job there."""
     f = view.per_node
     gmax = int(view.size.max())
+    compact = view.admission == "compact"
     if n <= gmax:  # level zero: the fullest node that holds the job
         fits = np.flatnonzero(f >= n)
         if len(fits):
             return inside(np.arange(len(f)) == fits[np.lexsort((fits, f[fits]))[0]])
+        if compact:  # compact: a job of up to a node gets one node, and none has room
+            return None
+    whole = np.where(view.whole, view.size, 0)
+    part = np.where(view.whole, 0, f)
     for dom in _domains(view):
-        if view.admission == "compact" and n > gmax:
-            room = np.bincount(dom, weights=np.where(view.whole, view.size, 0))
-            # whole nodes plus at most one partial node with the remainder
-            room = room + np.bincount(dom, weights=np.where(view.whole, 0, f)).clip(max=gmax)
+        if compact:  # n > gmax
+            # whole nodes plus at most one partial node with the remainder: a domain holds the
+            # job where its whole nodes and its freest partial node do (``_compact`` succeeds
+            # in exactly these); the order goes by all its partial GPUs, up to a node's worth
+            room = np.bincount(dom, weights=whole)
+            best = np.zeros(len(room))
+            np.maximum.at(best, dom, part)
+            holds = room + best >= n
+            room = room + np.bincount(dom, weights=part).clip(max=gmax)
         else:
             room = np.bincount(dom, weights=f)
-        fits = np.flatnonzero(room >= n)
+            holds = room >= n
+        fits = np.flatnonzero(holds)
         for d in fits[np.lexsort((fits, room[fits]))]:
             got = inside(dom == d)
             if got is not None:

@@ -525,6 +525,13 @@ class _Placer:
         if len(free_idx) < n:
             return None
         free_per_node = np.bincount(c.gpu_node[free_idx], minlength=c.n_nodes)
+        if self.rule not in (None, "random") and self.config.admission == "compact":
+            from tsched.compare.placement import compact_room
+
+            # every rule fails where no compact placement is free (random is left to draw its
+            # node keys on every call, as its seeded stream expects)
+            if not compact_room(free_per_node, c.gpus_per_node, n):
+                return None
         if self.rule is not None:
             from tsched.compare.placement import View, place
 
@@ -748,14 +755,27 @@ def simulate(
     release_end = np.full((cluster.n_nodes, 4), np.inf)
     release_gpus = np.zeros((cluster.n_nodes, 4), dtype=np.int64)
 
+    # what the release table gives, kept until the table or the clock changes (a deep queue
+    # asks for it once per waiting job an event); read-only for its callers
+    derived: dict[str, Any] = {}
+
     def node_end() -> np.ndarray:
         """When each node's running jobs have all ended (``-inf`` for an idle node)."""
-        return np.where(np.isinf(release_end), -np.inf, release_end).max(axis=1)
+        if "end" not in derived:
+            derived["end"] = np.where(np.isinf(release_end), -np.inf, release_end).max(axis=1)
+        return derived["end"]
 
-    placer.hold = lambda: np.maximum(node_end() - clock[0], 0.0)
+    def at_clock(key: str, make: Callable[[], Any]) -> Any:
+        got = derived.get(key)
+        if got is None or got[0] != clock[0]:
+            got = derived[key] = (clock[0], make())
+        return got[1]
+
+    placer.hold = lambda: at_clock("hold", lambda: np.maximum(node_end() - clock[0], 0.0))
 
     def release_row(node: int) -> None:
         nonlocal release_end, release_gpus
+        derived.clear()
         ends = sorted((e, r) for r, e in on_node[node].items())
         if len(ends) > release_end.shape[1]:  # widen the table
             grow = len(ends) - release_end.shape[1] + 4
@@ -770,7 +790,8 @@ def simulate(
     def releases() -> tuple[np.ndarray, np.ndarray]:
         """Per node, the seconds until each of its running jobs ends (ascending; ``inf``
         pads) and the GPUs that job gives back there (0 pads)."""
-        return np.maximum(release_end - clock[0], 0.0), release_gpus
+        return at_clock("releases", lambda: (np.maximum(release_end - clock[0], 0.0),
+                                             release_gpus))  # fmt: skip
 
     placer.releases = releases
 
