@@ -15,7 +15,18 @@ from scipy import stats
 import tsched
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.compare.jobmodel import AppModel, CollectiveModel
-from tsched.compare.placement import View, admits_compact, fragmentation, is_compact, place
+from tsched.compare.placement import (
+    View,
+    _best_fit,
+    _domains,
+    _first_fit,
+    _restricted,
+    admits_compact,
+    compact_room,
+    fragmentation,
+    is_compact,
+    place,
+)
 from tsched.compare.policies import parse_policies
 from tsched.compare.simulator import SimConfig, simulate
 from tsched.compare.study import (
@@ -121,6 +132,53 @@ def test_kai_tas_and_slurm_tree_take_the_tightest_domain() -> None:
     busy = [*BUSY, 8, 9]
     assert set(c.gpu_node[place("slurm-tree", view(c, busy, "compact"), 4)].tolist()) == {3}
     assert set(c.gpu_node[place("kai-tas", view(c, busy), 4)].tolist()) == {3}
+
+
+def _every_domain(v: View, n: int, inside) -> np.ndarray | None:
+    """KAI-TAS / Slurm tree under compact admission the long way: at each level every domain
+    whose whole nodes and partial GPUs (up to a node's worth) could hold the job, least first,
+    until ``inside`` places it there; then the whole cluster."""
+    f, size = v.per_node, v.size
+    gmax = int(size.max())
+    if n > int(f.sum()):
+        return None
+    got = None
+    if n <= gmax and (f >= n).any():
+        fits = np.flatnonzero(f >= n)
+        got = inside(_restricted(v, np.arange(len(f)) == fits[np.lexsort((fits, f[fits]))[0]]), n)
+    else:
+        for dom in _domains(v):
+            room = np.bincount(dom, weights=np.where(v.whole, size, 0))
+            room = room + np.bincount(dom, weights=np.where(v.whole, 0, f)).clip(max=gmax)
+            fits = np.flatnonzero(room >= n)
+            for d in fits[np.lexsort((fits, room[fits]))]:
+                got = inside(_restricted(v, dom == d), n)
+                if got is not None:
+                    break
+            if got is not None:
+                break
+        else:
+            got = inside(v, n)
+    return got if got is not None and admits_compact(v.cluster, got) else None
+
+
+def test_compact_room_and_the_tightest_domain_agree_with_trying_every_domain() -> None:
+    """The simulator refuses a job where :func:`compact_room` says no compact placement is
+    free, and KAI-TAS and Slurm tree skip the domains that cannot hold it: on random states of
+    a three-leaf cluster and a mixed one, neither changes a placement."""
+    rng = np.random.default_rng(3)
+    for c in (fabric(nodes_per_leaf=3, leaves=3, gpus=4), mixed()):
+        for _ in range(150):
+            busy = np.flatnonzero(rng.random(c.n_gpus) < rng.random()).tolist()
+            v = view(c, busy, "compact")
+            for n in range(1, c.n_gpus + 1):
+                some = [place(r, v, n) is not None for r in ("first-fit", "best-fit", "spread")]
+                assert compact_room(v.per_node, v.size, n) == any(some) == all(some), (busy, n)
+                for rule, inside in (("kai-tas", _first_fit), ("slurm-tree", _best_fit)):
+                    got, want = place(rule, v, n), _every_domain(v, n, inside)
+                    assert (got is None) == (want is None), (rule, busy, n)
+                    if got is not None:
+                        assert sorted(got.tolist()) == sorted(want.tolist()), (rule, busy, n)
 
 
 def test_whole_nodes_rule_waits_for_idle_nodes_even_under_any_admission() -> None:
