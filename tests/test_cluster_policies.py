@@ -879,3 +879,40 @@ def test_pollux_p99_is_set_by_its_long_yolov3_jobs() -> None:
         tail = sorted(records, key=lambda r: -r.jct)[1:3]
         assert all(r.app == "yolov3" and r.gpus == 4 for r in tail), policy
         assert all(abs(r.ideal / 3600 - 8) < 0.5 for r in tail), policy
+
+
+@pytest.mark.parametrize("admission", ["compact", "any"])
+def test_replay_shortcuts_change_no_result(admission, monkeypatch) -> None:
+    """The simulator's shortcuts (refusing a job no compact placement is free for before its
+    rule is asked; skipping, for the head's reservation, the running jobs that end before it
+    could fit) give every job the same start and GPUs as the long way, on queued random traces
+    on a three-leaf cluster with GPUs busy for good and on a cluster of mixed node sizes."""
+    from tsched.compare import simulator
+
+    rng = np.random.default_rng(11)
+    clusters = [busy_for_good(fabric(nodes_per_leaf=3, leaves=3, gpus=4), {1: (0,), 5: (2, 3)}),
+                mixed()]  # fmt: skip
+    apps = {**FLAT, **COMM}
+    policies = ["first-fit", "best-fit", "kai-tas", "slurm-tree", "whole-nodes", "random", "fgd",
+                "best-fit+topo"]  # fmt: skip
+    for trial in range(6):
+        c = clusters[trial % 2]
+        n = 60
+        jobs = [TraceJob(f"j{i}", float(t), int(g), float(d), str(a))
+                for i, (t, g, d, a) in enumerate(zip(
+                    np.sort(rng.uniform(0, 400, n)),
+                    rng.choice([1, 1, 2, 3, 4, 6, 8, 10, 12], n),
+                    rng.lognormal(4.5, 1.0, n),
+                    rng.choice(["x", "c"], n)))]  # fmt: skip
+        for policy in policies:
+            cfg = parse_policies(policy, SimConfig(queue="backfill", admission=admission,
+                                                   seed=trial))[0]  # fmt: skip
+            runs = []
+            for shortcuts in (True, False):
+                monkeypatch.setattr(simulator, "SHORTCUTS", shortcuts)
+                res = simulate(jobs, c, cfg, collective=CollectiveModel(), apps=apps)
+                runs.append([(r.job, r.start, r.end, r.nodes, r.queue_delay)
+                             for r in res.records])  # fmt: skip
+            assert runs[0] == runs[1], (trial, policy)
+            # every job ran, and many queued
+            assert len(runs[0]) == n and sum(r[-1] > 0 for r in runs[0]) > n / 4, (trial, policy)

@@ -189,10 +189,17 @@ def compact_room(per_node: np.ndarray, size: np.ndarray, n: int) -> bool:
     >>> compact_room(np.array([8, 5, 3]), size, 13), compact_room(np.array([8, 4, 4]), size, 13)
     (True, False)
     """
-    if n <= int(size.max()):
-        return bool(per_node.max(initial=0) >= n)
+    one, more = compact_limits(per_node, size)
+    return (one if n <= int(size.max()) else more) >= n
+
+
+def compact_limits(per_node: np.ndarray, size: np.ndarray) -> tuple[int, int]:
+    """The largest jobs :func:`compact_room` finds room for: of up to a node (the most free GPUs
+    on one node), and larger (the whole free nodes' GPUs and the most free GPUs on one other
+    node)."""
     whole = per_node == size
-    return int(size[whole].sum()) + int(per_node[~whole].max(initial=0)) >= n
+    return (int(per_node.max(initial=0)),
+            int(size[whole].sum()) + int(per_node[~whole].max(initial=0)))  # fmt: skip
 
 
 def compact_nodes(per_node: np.ndarray, size: np.ndarray, n: int) -> np.ndarray:

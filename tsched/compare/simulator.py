@@ -70,6 +70,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 QUEUES = ("fifo", "sjf", "backfill", "fair")
+# shortcuts that skip work whose outcome is known (a job no compact placement is free for, the
+# running jobs that end before a reservation could fit): off, a replay takes the long way to
+# the same result (the tests compare the two)
+SHORTCUTS = True
 
 
 def default_apps() -> tuple[CollectiveModel, dict[str, AppModel]]:
@@ -421,6 +425,10 @@ class _Placer:
         from tsched.compare.placement import RULES, canonical
 
         self.rule = canonical(config.policy) if canonical(config.policy) in RULES else None
+        # rules refuse a job no compact placement is free for under compact admission; random
+        # is left to draw its node keys on every call, as its seeded stream expects
+        self.screens = (SHORTCUTS and self.rule not in (None, "random")
+                        and config.admission == "compact")  # fmt: skip
         self.shapes: Mapping[int, float] | None = None  # set by the simulation for fgd
         self.tables: dict[int, np.ndarray] | None = None
         self.hold: Callable[[], np.ndarray] | None = None  # seconds until each node is idle
@@ -525,11 +533,9 @@ class _Placer:
         if len(free_idx) < n:
             return None
         free_per_node = np.bincount(c.gpu_node[free_idx], minlength=c.n_nodes)
-        if self.rule not in (None, "random") and self.config.admission == "compact":
+        if self.screens:
             from tsched.compare.placement import compact_room
 
-            # every rule fails where no compact placement is free (random is left to draw its
-            # node keys on every call, as its seeded stream expects)
             if not compact_room(free_per_node, c.gpus_per_node, n):
                 return None
         if self.rule is not None:
@@ -1102,6 +1108,13 @@ def simulate(
         time)`` gives the free GPUs a job may take (``None``: it may not start now), and
         ``fallback`` (same arguments), when the job does not start there, other GPUs it may
         take. ``started`` hears of each job started."""
+        from tsched.compare.placement import compact_limits
+
+        # where the placer refuses every job no compact placement is free for, the largest
+        # jobs the free GPUs hold compactly, until the next start (a deep queue tries many)
+        screens = placer.screens
+        gmax = int(node_gpus.max())
+        limits: tuple[int, int] | None = None
         for k in [item[-1] for item in queue.items[1 : 1 + config.scan_depth]]:
             if n_free == 0:
                 break
@@ -1113,14 +1126,50 @@ def simulate(
             ok = False
             for choose in (admit, fallback):
                 mask = choose(k, need, est) if choose is not None else None
-                if mask is not None and need <= int(mask.sum()) and try_start(k, now, mask):
+                if mask is None:
+                    continue
+                if mask is free and screens:
+                    if limits is None:
+                        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+                        limits = compact_limits(per_node, node_gpus)
+                    if limits[0 if need <= gmax else 1] < need:
+                        continue  # the placer would refuse it
+                if need <= int(mask.sum()) and try_start(k, now, mask):
                     ok = True
                     break
             if ok:
+                limits = None
                 queue.remove(k)
                 n_free -= need
                 if started:
                     started(k, need, est)
+
+    def earliest_fit(need: int, n_free: int, per_node: np.ndarray, one_node: bool,
+                     whole_nodes: bool) -> float:  # fmt: skip
+        """The earliest end of a running job by which, if nothing else starts, ``need`` GPUs are
+        free (``per_node`` free now), on one node if ``one_node``, and on whole nodes but one if
+        ``whole_nodes``: a lower bound on when a job of ``need`` GPUs can start there (``-inf``:
+        now; ``inf``: never)."""
+        gmax = int(node_gpus.max())
+        t = -math.inf
+        if n_free < need:  # by count
+            real = release_gpus > 0
+            ends, gpus = release_end[real], release_gpus[real]
+            order = np.argsort(ends)
+            reach = np.flatnonzero(n_free + np.cumsum(gpus[order]) >= need)
+            t = float(ends[order[reach[0]]]) if len(reach) else math.inf
+        if one_node and int(per_node.max()) < need:
+            reach = per_node[:, None] + np.cumsum(release_gpus, axis=1) >= need
+            when = np.where(reach, release_end, np.inf).min(axis=1)
+            t = max(t, float(when.min()))
+        if whole_nodes:
+            final = per_node + release_gpus.sum(axis=1)
+            whole_at = np.where(per_node == node_gpus, -np.inf,
+                                np.where(final == node_gpus, node_end(), np.inf))  # fmt: skip
+            order = np.argsort(whole_at, kind="stable")
+            reach = np.flatnonzero(np.cumsum(node_gpus[order]) + gmax - 1 >= need)
+            t = max(t, float(whole_at[order[reach[0]]]) if len(reach) else math.inf)
+        return t
 
     def backfill_topology(now: float, head: _Job, n_free: int) -> None:
         """EASY with a reservation that names GPUs: the head job gets the GPUs its rule would
@@ -1140,11 +1189,24 @@ def simulate(
         whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
         most = max(per_node)  # the most free GPUs on one node
         fewest = node_count(cluster, need) if waits_compact and need > gmax else 0
+        # the running jobs that end before the first time the head could fit free nothing the
+        # head can use: skip them at once (a deep queue on thousands of GPUs has many)
+        skip = 0
+        if SHORTCUTS:
+            first = earliest_fit(need, n_free, np.asarray(per_node),
+                                 need <= gmax and (whole_only or waits_compact),
+                                 need > gmax and whole_only)  # fmt: skip
+            if first > -math.inf:
+                skip = bisect.bisect_left(by_end, (first, -1))
+        released = [state[r].gpus for _end, r in by_end[:skip]]
+        if skip:
+            early = np.where(release_end < first, release_gpus, 0).sum(axis=1)
+            per_node = (np.asarray(per_node) + early).tolist()
+            most = max(per_node)
         whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
-        avail = n_free
+        avail = n_free + sum(len(g) for g in released)
         shadow, reserved = math.inf, None
-        released: list[np.ndarray] = []
-        for end, r in by_end:
+        for end, r in itertools.islice(by_end, skip, None):
             g = state[r].gpus
             assert g is not None
             released.append(g)
