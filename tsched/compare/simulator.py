@@ -724,6 +724,7 @@ def simulate(
     order = sorted(range(len(jobs)), key=lambda k: (jobs[k].submit, k))
     state = [_Job(jobs[k], k) for k in range(len(jobs))]
     free = ~cluster.busy_mask.copy()
+    gpu_end = np.full(cluster.n_gpus, np.inf)  # when each GPU's running job ends
     node_gpus = cluster.gpus_per_node
     events: list[tuple[float, int, int, int]] = []  # (time, seq, job, run_id)
     seq = 0
@@ -887,6 +888,7 @@ def simulate(
             busy = np.flatnonzero(~free)
             snapshots[j.trace.name] = Snapshot(now, np.array(gpus), busy, objective)
         free[gpus] = False
+        gpu_end[gpus] = now + j.runtime
         for node in nodes:
             on_node[node][j.index] = now + j.runtime
             release_row(node)
@@ -902,6 +904,7 @@ def simulate(
     def stop(j: _Job, now: float) -> None:
         assert j.gpus is not None
         free[j.gpus] = True
+        gpu_end[j.gpus] = np.inf
         for node, _count in j.node_counts:
             del on_node[node][j.index]
             release_row(node)
@@ -1128,7 +1131,7 @@ def simulate(
                 mask = choose(k, need, est) if choose is not None else None
                 if mask is None:
                     continue
-                if mask is free and screens:
+                if screens:  # every mask is part of ``free``: no room there, none in it
                     if limits is None:
                         per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
                         limits = compact_limits(per_node, node_gpus)
@@ -1152,12 +1155,10 @@ def simulate(
         now; ``inf``: never)."""
         gmax = int(node_gpus.max())
         t = -math.inf
-        if n_free < need:  # by count
-            real = release_gpus > 0
-            ends, gpus = release_end[real], release_gpus[real]
-            order = np.argsort(ends)
-            reach = np.flatnonzero(n_free + np.cumsum(gpus[order]) >= need)
-            t = float(ends[order[reach[0]]]) if len(reach) else math.inf
+        if n_free < need:  # by count: the (need − n_free)-th GPU to come free
+            ends = gpu_end[gpu_end < math.inf]
+            k = need - n_free - 1
+            t = float(np.partition(ends, k)[k]) if k < len(ends) else math.inf
         if one_node and int(per_node.max()) < need:
             reach = per_node[:, None] + np.cumsum(release_gpus, axis=1) >= need
             when = np.where(reach, release_end, np.inf).min(axis=1)
@@ -1198,10 +1199,11 @@ def simulate(
                                  need > gmax and whole_only)  # fmt: skip
             if first > -math.inf:
                 skip = bisect.bisect_left(by_end, (first, -1))
-        released = [state[r].gpus for _end, r in by_end[:skip]]
-        if skip:
-            early = np.where(release_end < first, release_gpus, 0).sum(axis=1)
-            per_node = (np.asarray(per_node) + early).tolist()
+        released: list[np.ndarray] = []
+        if skip:  # the GPUs of the jobs that end before ``first``
+            released.append(np.flatnonzero(gpu_end < first))
+            per_node = (np.asarray(per_node) + np.bincount(
+                cluster.gpu_node[released[0]], minlength=cluster.n_nodes)).tolist()  # fmt: skip
             most = max(per_node)
         whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
         avail = n_free + sum(len(g) for g in released)
