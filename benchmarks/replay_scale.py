@@ -5,8 +5,8 @@ time until the arrival window holds the given load (``basis="window"``, so the j
 arriving faster than the cluster serves them) and replayed with ``backfill`` (EASY, a scan of up
 to 500 waiting jobs an event) on the generated leaf/spine fabrics of 1,024, 4,096 and 16,384
 GPUs (``models/clusters/fabric-*.yaml``). Each replay is timed in this process, one after
-another (median of ``--repeats``), next to what it simulated: jobs, mean wait and utilisation,
-so a fast replay that did not queue is visible as such.
+another (median of ``--repeats``), next to what it simulated: jobs, mean wait, and the jobs
+waiting and GPUs busy while jobs arrive, so a fast replay that did not queue shows as such.
 
 Writes ``benchmarks/results/replay_scale.md`` (``-quick``: two clusters, three policies, one
 repeat).
@@ -20,6 +20,8 @@ import argparse
 import statistics
 import sys
 import time
+
+import numpy as np
 
 from benchmarks._common import machine, markdown_table, write_result
 from benchmarks.cluster_policies import STUDIES, cluster_file, replica_jobs
@@ -51,13 +53,20 @@ def replay(cluster: str, days: float, load: float, admission: str, policy: str,
         walls.append(time.perf_counter() - t)
     recs = res.records
     wait = sum(r.queue_delay for r in recs) / len(recs) / 3600
-    span = res.times[-1] - res.times[0]
-    util = float((res.busy_gpus[:-1] * (res.times[1:] - res.times[:-1])).sum()) / (
-        span * int((~c.busy_mask).sum())
-    )
+    lo, hi = min(j.submit for j in jobs), max(j.submit for j in jobs)
+    busy = in_window(res.times, res.busy_gpus, lo, hi) / int((~c.busy_mask).sum())
+    queued = in_window(res.times, res.queued, lo, hi)
     wall = statistics.median(walls)
     return [f"{c.n_gpus:,}", admission, policy, f"{len(recs):,}", f"{wait:.2f}",
-            f"{util:.2f}", f"{wall:.1f}", f"{len(recs) / wall:,.0f}"]  # fmt: skip
+            f"{queued:,.0f}", f"{busy:.2f}", f"{wall:.1f}", f"{len(recs) / wall:,.0f}"]  # fmt: skip
+
+
+def in_window(times, values, lo: float, hi: float) -> float:
+    """The time average over ``[lo, hi]`` of a series that holds ``values[i]`` from
+    ``times[i]`` to ``times[i + 1]``."""
+    begin = np.clip(times[:-1], lo, hi)
+    end = np.clip(times[1:], lo, hi)
+    return float((values[:-1] * (end - begin)).sum() / (hi - lo)) if hi > lo else 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         # the largest cluster is timed once: each of its replays takes tens of seconds
         reps = 1 if cluster == CASES[-1][0] else repeats
         rows.append(replay(cluster, days, load, adm, pol, reps))
-        print(f"  {i}/{len(todo)} {cluster} {adm} {pol}: {rows[-1][6]} s, "
+        print(f"  {i}/{len(todo)} {cluster} {adm} {pol}: {rows[-1][7]} s, "
               f"{time.perf_counter() - t0:.0f} s in all", file=sys.stderr, flush=True)  # fmt: skip
     minutes = (time.perf_counter() - t0) / 60
     cmd = "python -m benchmarks.replay_scale" + (" --quick" if args.quick else "")
@@ -87,10 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         f"The Philly sample, jittered replica 0, arrivals compressed until the arrival window "
         f"holds the load ({loads}); `backfill` (EASY, up to 500 waiting jobs scanned an event). "
         f"Wall: median of {repeats} timed replays, one for the 16,384-GPU cluster. Wait: mean "
-        "queueing delay, hours. Utilisation: busy GPU-seconds over capacity from the first "
-        "arrival to the last end.\n\n"
-        + markdown_table(["GPUs", "admission", "policy", "jobs", "wait h", "utilisation",
-                          "wall s", "jobs/s"], rows)  # fmt: skip
+        "queueing delay, hours. Queued and busy: the mean number of jobs waiting and the mean "
+        "share of GPUs busy between the first and the last arrival (after the last arrival the "
+        "queue drains and the long jobs run on alone).\n\n"
+        + markdown_table(["GPUs", "admission", "policy", "jobs", "wait h", "queued",
+                          "busy", "wall s", "jobs/s"], rows)  # fmt: skip
         + "\n"
     )
     write_result("replay_scale" + ("-quick" if args.quick else ""), text)
