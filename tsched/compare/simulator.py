@@ -726,6 +726,7 @@ def simulate(
     free = ~cluster.busy_mask.copy()
     gpu_end = np.full(cluster.n_gpus, np.inf)  # when each GPU's running job ends
     node_gpus = cluster.gpus_per_node
+    node_sizes = node_gpus.tolist()
     events: list[tuple[float, int, int, int]] = []  # (time, seq, job, run_id)
     seq = 0
     watch = set(config.snapshot_jobs)
@@ -1178,8 +1179,8 @@ def simulate(
         it ends before then, or on GPUs outside that reservation, or where its rule puts it if
         the head still has a placement at the shadow time without those GPUs (that placement
         becomes the reservation)."""
-        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes).tolist()
-        size = node_gpus.tolist()
+        free_now = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+        size = node_sizes
         need = head.trace.gpus
         gmax = int(node_gpus.max())
         from tsched.compare.placement import is_compact, node_count
@@ -1188,13 +1189,12 @@ def simulate(
         # whole nodes for a job larger than a node; fgd's compact under ``any`` is the fewest
         # nodes, whole or not
         whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
-        most = max(per_node)  # the most free GPUs on one node
         fewest = node_count(cluster, need) if waits_compact and need > gmax else 0
         # the running jobs that end before the first time the head could fit free nothing the
         # head can use: skip them at once (a deep queue on thousands of GPUs has many)
         skip = 0
         if SHORTCUTS:
-            first = earliest_fit(need, n_free, np.asarray(per_node),
+            first = earliest_fit(need, n_free, free_now,
                                  need <= gmax and (whole_only or waits_compact),
                                  need > gmax and whole_only)  # fmt: skip
             if first > -math.inf:
@@ -1202,10 +1202,11 @@ def simulate(
         released: list[np.ndarray] = []
         if skip:  # the GPUs of the jobs that end before ``first``
             released.append(np.flatnonzero(gpu_end < first))
-            per_node = (np.asarray(per_node) + np.bincount(
-                cluster.gpu_node[released[0]], minlength=cluster.n_nodes)).tolist()  # fmt: skip
-            most = max(per_node)
-        whole_gpus = sum(s for f, s in zip(per_node, size) if f == s)
+            free_now = free_now + np.bincount(cluster.gpu_node[released[0]],
+                                              minlength=cluster.n_nodes)  # fmt: skip
+        per_node = free_now.tolist()
+        most = int(free_now.max())  # the most free GPUs on one node
+        whole_gpus = int(node_gpus[free_now == node_gpus].sum())
         avail = n_free + sum(len(g) for g in released)
         shadow, reserved = math.inf, None
         for end, r in itertools.islice(by_end, skip, None):
