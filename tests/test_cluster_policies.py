@@ -916,14 +916,3 @@ def test_replay_shortcuts_change_no_result(admission, monkeypatch) -> None:
             assert runs[0] == runs[1], (trial, policy)
             # every job ran, and many queued
             assert len(runs[0]) == n and sum(r[-1] > 0 for r in runs[0]) > n / 4, (trial, policy)
-
-
-def test_replay_scale_averages_a_series_over_the_arrival_window() -> None:
-    from benchmarks.replay_scale import in_window
-
-    times = np.array([0.0, 10.0, 20.0, 30.0])
-    values = np.array([2.0, 4.0, 6.0, 0.0])
-    # [5, 10) at 2, [10, 20) at 4, [20, 25) at 6: (10 + 40 + 30) / 20
-    assert in_window(times, values, 5.0, 25.0) == pytest.approx(4.0)
-    assert in_window(times, values, 30.0, 40.0) == 0.0  # after the last event: nothing held
-    assert in_window(times, values, 7.0, 7.0) == 0.0

@@ -300,10 +300,11 @@ def _tightest(
             return inside(np.arange(len(f)) == fits[np.lexsort((fits, f[fits]))[0]])
         if compact:  # compact: a job of up to a node gets one node, and none has room
             return None
-    whole = np.where(view.whole, view.size, 0)
-    part = np.where(view.whole, 0, f)
+    if compact:  # n > gmax: whole nodes and the partial ones
+        whole = np.where(view.whole, view.size, 0)
+        part = np.where(view.whole, 0, f)
     for dom in _domains(view):
-        if compact:  # n > gmax
+        if compact:
             # whole nodes plus at most one partial node with the remainder: a domain holds the
             # job where its whole nodes and its freest partial node do (``_compact`` succeeds
             # in exactly these); the order goes by all its partial GPUs, up to a node's worth

@@ -34,8 +34,22 @@ __all__ = ["summarize", "pair", "write_report", "PLOTS"]
 PLOTS = ("jct_cdf.png", "utilisation.png", "slowdown_by_size.png")
 
 
-def _time_mean(t: np.ndarray, v: np.ndarray) -> float:
-    """Time-weighted mean of a step function with value v[k] on [t[k], t[k+1])."""
+def time_mean(t: np.ndarray, v: np.ndarray, window: tuple[float, float] | None = None) -> float:
+    """Time-weighted mean of a step function with value v[k] on [t[k], t[k+1]), over the whole
+    series or over ``window`` (``(lo, hi)``; 0 for an empty window).
+
+    >>> t, v = np.array([0.0, 10.0, 20.0, 30.0]), np.array([2.0, 4.0, 6.0, 0.0])
+    >>> time_mean(t, v), time_mean(t, v, (5.0, 25.0))  # (10 + 40 + 30) / 20
+    (4.0, 4.0)
+    >>> time_mean(t, v, (30.0, 40.0)), time_mean(t, v, (7.0, 7.0))  # past the last step; empty
+    (0.0, 0.0)
+    """
+    if window is not None:
+        lo, hi = window
+        if hi <= lo or len(t) < 2:
+            return 0.0
+        dt = np.clip(t[1:], lo, hi) - np.clip(t[:-1], lo, hi)
+        return float(np.sum(v[:-1] * dt) / (hi - lo))
     if len(t) < 2 or t[-1] <= t[0]:
         return float(v[0]) if len(v) else 0.0
     dt = np.diff(t)
@@ -77,8 +91,8 @@ def summarize(
         "slowdown_median": float(np.nanmedian(slow)) if np.isfinite(slow).any() else None,
         "makespan": float(makespan),
         "utilisation": gpu_seconds / (usable_gpus * makespan) if makespan > 0 else 0.0,
-        "queue_length_mean": _time_mean(result.times, result.queued),
-        "fragmentation_mean": _time_mean(result.times, result.fragmentation),
+        "queue_length_mean": time_mean(result.times, result.queued),
+        "fragmentation_mean": time_mean(result.times, result.fragmentation),
         "multi_node_jobs": int(sum(r.nodes > 1 for r in recs)),
         "comm_share_mean_multi_gpu": float(np.mean([r.comm_share for r in recs if r.gpus > 1]))
         if any(r.gpus > 1 for r in recs)

@@ -727,6 +727,7 @@ def simulate(
     gpu_end = np.full(cluster.n_gpus, np.inf)  # when each GPU's running job ends
     node_gpus = cluster.gpus_per_node
     node_sizes = node_gpus.tolist()
+    gmax = int(node_gpus.max())  # the largest node's GPUs
     events: list[tuple[float, int, int, int]] = []  # (time, seq, job, run_id)
     seq = 0
     watch = set(config.snapshot_jobs)
@@ -829,7 +830,6 @@ def simulate(
         finite wait is always some running job's end, and fgd holds a job back only on one, so a
         job held back for locality always has an event to wake it."""
         now = clock[0]
-        gmax = int(node_gpus.max())
         withheld = np.bincount(cluster.gpu_node[free & ~mask], minlength=cluster.n_nodes) > 0
         if n > gmax:  # the fewest nodes: largest ones, whole
             k = math.ceil(n / gmax)
@@ -839,19 +839,24 @@ def simulate(
         got = room_soonest(n, set(np.flatnonzero(withheld).tolist()))
         return math.inf if got is None else got[0]
 
+    def room_times(n: int, per_node: np.ndarray) -> np.ndarray:
+        """Per node, the end of the running job by which ``n`` GPUs are free there if nothing
+        else starts (``per_node`` free now): ``-inf`` where they are free now, ``inf`` where
+        they never are."""
+        reach = per_node[:, None] + np.cumsum(release_gpus, axis=1) >= n
+        at = release_end[np.arange(cluster.n_nodes), reach.argmax(axis=1)]
+        return np.where(per_node >= n, -np.inf, np.where(reach.any(axis=1), at, np.inf))
+
     def room_soonest(n: int, skip: set[int]) -> tuple[float, int] | None:
         """``(seconds, node)``: the node (not in ``skip``) where ``n`` GPUs are expected free
         soonest if nothing else starts, and when (the lowest index on a tie); None if no node
         ever has room."""
-        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
-        ok = node_gpus >= n
-        ok[list(skip)] = False
-        now_ok = np.flatnonzero(ok & (per_node >= n))
+        when = room_times(n, np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes))
+        when[list(skip)] = np.inf
+        now_ok = np.flatnonzero(when == -np.inf)
         if len(now_ok):
             return 0.0, int(now_ok[0])
-        reach = (per_node[:, None] + np.cumsum(release_gpus, axis=1) >= n) & ok[:, None]
-        when = release_end[np.arange(cluster.n_nodes), reach.argmax(axis=1)] - clock[0]
-        when = np.where(reach.any(axis=1), when, np.inf)
+        when = when - clock[0]
         node = int(np.argmin(when))
         return None if math.isinf(when[node]) else (float(when[node]), node)
 
@@ -1041,7 +1046,6 @@ def simulate(
         locks: dict[int, tuple[int, float]] = {}
         if placer.wait is None or not placer.deferred:
             return locks
-        gmax = int(node_gpus.max())
         held = sorted(queue.keys[k] for k in placer.deferred if k in queue.keys)
         for key in held:
             k = int(key[-1])
@@ -1117,7 +1121,6 @@ def simulate(
         # where the placer refuses every job no compact placement is free for, the largest
         # jobs the free GPUs hold compactly, until the next start (a deep queue tries many)
         screens = placer.screens
-        gmax = int(node_gpus.max())
         limits: tuple[int, int] | None = None
         for k in [item[-1] for item in queue.items[1 : 1 + config.scan_depth]]:
             if n_free == 0:
@@ -1154,16 +1157,13 @@ def simulate(
         free (``per_node`` free now), on one node if ``one_node``, and on whole nodes but one if
         ``whole_nodes``: a lower bound on when a job of ``need`` GPUs can start there (``-inf``:
         now; ``inf``: never)."""
-        gmax = int(node_gpus.max())
         t = -math.inf
         if n_free < need:  # by count: the (need − n_free)-th GPU to come free
             ends = gpu_end[gpu_end < math.inf]
             k = need - n_free - 1
             t = float(np.partition(ends, k)[k]) if k < len(ends) else math.inf
-        if one_node and int(per_node.max()) < need:
-            reach = per_node[:, None] + np.cumsum(release_gpus, axis=1) >= need
-            when = np.where(reach, release_end, np.inf).min(axis=1)
-            t = max(t, float(when.min()))
+        if one_node:
+            t = max(t, float(room_times(need, per_node).min()))
         if whole_nodes:
             final = per_node + release_gpus.sum(axis=1)
             whole_at = np.where(per_node == node_gpus, -np.inf,
@@ -1182,7 +1182,6 @@ def simulate(
         free_now = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
         size = node_sizes
         need = head.trace.gpus
-        gmax = int(node_gpus.max())
         from tsched.compare.placement import is_compact, node_count
 
         waits_compact = config.admission == "any" and head.index in placer.deferred
