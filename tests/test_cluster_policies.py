@@ -865,6 +865,35 @@ def test_few_jobs_names_the_jcts_numpy_p99_lies_between(jobs) -> None:
     assert _few_jobs(46_000, 60.0) == ""  # a p99 over many jobs needs no such note
 
 
+def test_below_ceiling_says_why_only_where_the_baseline_beats_it_by_delaying_large_jobs() -> None:
+    from benchmarks.cluster_policies import below_ceiling
+
+    sizes = ["1 GPU", "2-7 GPUs", "8 GPUs", ">8 GPUs"]
+    nan = float("nan")
+
+    def stats(mean, large, mid=nan):
+        return {"mean": (mean, mean, mean), "buckets": [(1.0,), (2.0,), (mid,), (large,)]}
+
+    ours, ceiling = stats(100.0, 50.0), 110.0
+    text = below_ceiling(ours, stats(80.0, 90.0), "spread", ceiling, sizes)
+    assert "spread's mean is 27.3 % below the ceiling's and fgd's 9.1 % below" in text
+    assert "jobs of >8 GPUs average 0.03 h against fgd's 0.01 h" in text
+    above = below_ceiling(stats(120.0, 50.0), stats(80.0, 90.0), "spread", ceiling, sizes)
+    assert "fgd's 9.1 % above" in above
+    # a baseline not below the ceiling, one whose large jobs fare no worse, no ceiling: silent
+    assert below_ceiling(ours, stats(115.0, 90.0), "spread", ceiling, sizes) == ""
+    assert below_ceiling(ours, stats(108.0, 90.0), "spread", ceiling, sizes) == ""  # 1.8 %
+    assert below_ceiling(ours, stats(80.0, 40.0), "spread", ceiling, sizes) == ""
+    assert below_ceiling(ours, stats(80.0, 90.0), "spread", nan, sizes) == ""
+    # the bucket above one GPU that rises the most is the evidence, and only beyond 2 %
+    mid = below_ceiling(stats(100.0, 50.0, 36.0), stats(80.0, 60.0, 72.0), "spread", ceiling,
+                        sizes)  # fmt: skip
+    assert "jobs of 8 GPUs average 0.02 h against fgd's 0.01 h" in mid
+    assert below_ceiling(ours, stats(80.0, 51.0), "spread", ceiling, sizes) == ""
+    assert "jobs of 8 GPUs" in below_ceiling(stats(100.0, nan, 36.0), stats(80.0, nan, 72.0),
+                                             "spread", ceiling, sizes)  # fmt: skip
+
+
 def test_pollux_p99_is_set_by_its_long_yolov3_jobs() -> None:
     """The README's reading of Pollux's p99: the JCTs it lies between (the 3rd and 2nd longest
     of a replica's 158 jobs) are 8-hour, 4-GPU yolov3 runs, under fgd and under whole-nodes."""
