@@ -483,8 +483,8 @@ def _goals(name, adm, goal_rows, names_b, floors):
 
 
 def below_ceiling(ours: dict, best: dict, name: str, ceiling: float, names_b) -> str:
-    """Why fgd's mean misses a baseline's that is below the ceiling's, where the size buckets
-    show what that baseline's mean is made of.
+    """The clause of a missed mean goal that says why: the baseline's mean is below the
+    ceiling's and its larger jobs finish later than under fgd.
 
     The ceiling replays every job at its compact run time under count admission. A baseline
     whose mean is below it while its jobs of more than one GPU finish later than under fgd
@@ -502,7 +502,8 @@ def below_ceiling(ours: dict, best: dict, name: str, ceiling: float, names_b) ->
     >>> sizes = ["1 GPU", "2-7 GPUs", "8 GPUs", ">8 GPUs"]
     >>> print(below_ceiling(ours, spread, "spread", 7.81 * h, sizes))
      (why: spread's mean is 16.9 % below the ceiling's and fgd's 1.9 % below; spread's jobs of \
->8 GPUs average 30.36 h against fgd's 24.44 h: its lower mean is small jobs overtaking large ones)
+>8 GPUs average 30.36 h against fgd's 24.44 h: its lower mean is small jobs overtaking larger \
+ones)
     >>> below_ceiling(ours, spread, "spread", 6.0 * h, sizes)
     ''
     """
@@ -518,7 +519,7 @@ def below_ceiling(ours: dict, best: dict, name: str, ceiling: float, names_b) ->
             f"ceiling's and fgd's {abs(gap) * 100:.1f} % {'below' if gap >= 0 else 'above'}; "
             f"{name}'s jobs of {names_b[k]} average {best['buckets'][k][0] / 3600:.2f} h "
             f"against fgd's {ours['buckets'][k][0] / 3600:.2f} h: its lower mean is small jobs "
-            "overtaking large ones)")  # fmt: skip
+            "overtaking larger ones)")  # fmt: skip
 
 
 def _few_jobs(jobs: int, gap: float) -> str:
