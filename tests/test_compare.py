@@ -504,6 +504,53 @@ def test_fair_share_preempts_after_the_protected_runtime() -> None:
     assert protected["b"].start == 5000 and not any(r.preemptions for r in protected.values())
 
 
+def test_fair_share_under_compact_admission_preempts_only_what_frees_a_node() -> None:
+    """Two nodes of 4, tenant A on 3 GPUs of each. B's 4-GPU job needs a whole node: the
+    fairness order's first two victims sit on different nodes, so the preemption takes the
+    three jobs of one node instead, B starts on arrival, and a preempted job restarts at once
+    on the GPU left free on the other node."""
+    jobs = [job(f"a{k}", 0, 1, 5000, "A") for k in range(6)] + [job("b", 1000, 4, 100, "B")]
+    two = one_node(4, 2)
+    recs, _ = run(jobs, "fair", two, policy="spread", admission="compact", min_runtime=600.0,
+                  window=500.0)  # fmt: skip
+    assert (recs["b"].start, recs["b"].nodes) == (1000, 1)
+    hit = sorted(name for name, r in recs.items() if r.preemptions)
+    assert len(hit) == 3
+    restarted = [name for name in hit if recs[name].end == pytest.approx(1000 + 4000)]
+    assert len(restarted) == 1  # on the free GPU of the other node, in the same pass
+    assert all(recs[n].end == pytest.approx(1100 + 4000) for n in hit if n not in restarted)
+    # under count admission the fairness order's two victims are enough, wherever they sit
+    recs_any, _ = run(jobs, "fair", two, policy="spread", min_runtime=600.0, window=500.0)
+    assert recs_any["b"].start == 1000 and sum(r.preemptions for r in recs_any.values()) == 2
+
+
+def test_fair_share_preempts_nobody_where_no_compact_room_can_be_freed() -> None:
+    """Each node holds one job A may lose and two protected ones: freeing both victims gives
+    B's 4-GPU job the GPUs by count but no node, so under compact admission nobody is
+    preempted and B waits for a node."""
+    jobs = [job("a0", 0, 1, 5000, "A"), job("a1", 0, 1, 5000, "A")]
+    jobs += [job(f"p{k}", 900, 1, 3000, "A") for k in range(4)] + [job("b", 1000, 4, 100, "B")]
+    recs, _ = run(jobs, "fair", one_node(4, 2), policy="spread", admission="compact",
+                  min_runtime=600.0, window=500.0)  # fmt: skip
+    assert not any(r.preemptions for r in recs.values())
+    assert recs["b"].start > 1000 and recs["b"].nodes == 1
+
+
+def test_fair_share_clears_whole_nodes_for_a_multi_node_job_under_compact_admission() -> None:
+    """Three nodes of 4: eight of A's jobs fill nodes 0 and 1, two later ones and two protected
+    ones node 2. The fairness order (latest started first) would free node 2's two and six
+    others, whole nodes for none of B's 8 GPUs; the preemption clears nodes 0 and 1 instead
+    and leaves node 2 alone."""
+    jobs = [job(f"a{k}", 0, 1, 5000, "A") for k in range(8)]
+    jobs += [job("v0", 200, 1, 5000, "A"), job("v1", 200, 1, 5000, "A")]
+    jobs += [job("p0", 900, 1, 5000, "A"), job("p1", 900, 1, 5000, "A")]
+    jobs.append(job("b", 1000, 8, 100, "B"))
+    recs, _ = run(jobs, "fair", one_node(4, 3), policy="first-fit", admission="compact",
+                  min_runtime=600.0, window=500.0)  # fmt: skip
+    assert (recs["b"].start, recs["b"].nodes) == (1000, 2)
+    assert sorted(n for n, r in recs.items() if r.preemptions) == [f"a{k}" for k in range(8)]
+
+
 # ---------------------------------------------------------------------------- placement effect
 def test_placement_changes_runtime_through_the_job_model() -> None:
     app = AppModel("x", 0.1, 0.0, 1.0)

@@ -24,7 +24,9 @@ Queue policies (:data:`QUEUES`):
     of the GPU-seconds used in a sliding window, and within it from the project furthest below
     its share (budgets ``"tenant"`` and ``"tenant/project"``). A job that does not fit may
     preempt jobs of tenants above their share that have run at least ``min_runtime`` seconds
-    (the protected time); a preempted job returns to the queue and keeps its progress.
+    (the protected time), only where the GPUs they free give it a placement its policy and
+    admission regime take: under ``compact`` admission the fewest victims' GPUs that clear one
+    node, or whole nodes, for it. A preempted job returns to the queue and keeps its progress.
 
 Every policy replays the same jobs in the same order with the same seed (matched traces).
 """
@@ -38,8 +40,8 @@ import logging
 import math
 import operator
 import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -1032,10 +1034,7 @@ def simulate(
             return
         fair_pass(now)
         if config.preemption and len(queue):
-            ratio = tenant_ratios(now)
-            tenant = min(queue.groups, key=lambda t: (ratio[t], t))
-            first = min(jobs[0] for jobs in queue.groups[tenant].values())[1]
-            _preempt_for(first, now, ratio)
+            preempt_pass(now)
 
     def locality_locks(now: float) -> dict[int, tuple[int, float]]:
         """Nodes kept for the jobs fgd holds back for locality (``any`` admission): in queue
@@ -1286,33 +1285,125 @@ def simulate(
 
         backfill_pass(now, n_free, admit, started, fallback)
 
-    def _preempt_for(k: int, now: float, ratio: dict[str, float]) -> None:
+    def preempt_pass(now: float) -> None:
+        """Fair share's preemption: while a tenant below its share has a waiting job that
+        preempting jobs of tenants above theirs would start, start it (the furthest below its
+        share first; its jobs in arrival order, one of each size, as the same size frees the
+        same room). The rounds are bounded by the jobs there are."""
+        for _round in range(len(queue) + len(running)):
+            ratio = tenant_ratios(now)
+            needy = sorted((t for t in queue.groups if ratio.get(t, 0.0) < 1.0),
+                           key=lambda t: (ratio[t], t))  # fmt: skip
+            victims = sorted(
+                (
+                    r
+                    for r in running
+                    if ratio.get(state[r].trace.tenant, 0.0) > 1.0
+                    and now - state[r].started >= config.min_runtime
+                ),
+                key=lambda r: (-ratio[state[r].trace.tenant], -state[r].started, r),
+            )
+            if not needy or not victims:
+                return
+            if not any(_preempt_for_tenant(t, now, victims) for t in needy):
+                return
+
+    def _preempt_for_tenant(tenant: str, now: float, victims: list[int]) -> bool:
+        """Whether a preemption starts one of ``tenant``'s waiting jobs (one of each size)."""
+        waiting = sorted(item for jobs in queue.groups[tenant].values()
+                         for item in jobs[: config.scan_depth])  # fmt: skip
+        tried: set[int] = set()
+        for _submit, k in waiting[: config.scan_depth]:
+            size = state[k].trace.gpus
+            if size not in tried:
+                if _preempt_for(k, now, victims):
+                    return True
+                tried.add(size)
+        return False
+
+    def _preempt_for(k: int, now: float, victims: list[int]) -> bool:
+        """Preempt some of ``victims`` (running jobs of tenants above their share, past their
+        protected time, in fairness order: furthest above share, then the latest started) for
+        job ``k``, only where the GPUs they free give ``k`` a placement its policy and
+        admission regime take. The fairness order's prefix that frees enough GPUs comes
+        first; where that leaves no such placement (under compact admission: freed GPUs on
+        other nodes than the job needs), the fewest victims' GPUs that clear room on one
+        node, or whole nodes, instead. Where none does, nobody is preempted. ``k`` starts on
+        the freed room and the jobs behind it may take what is left in the same pass.
+        Returns whether ``k`` started."""
         j = state[k]
-        mine = ratio.get(j.trace.tenant, 0.0)
-        if mine >= 1.0:
-            return  # at or above its share: waits
-        victims = sorted(
-            (
-                r
-                for r in running
-                if ratio.get(state[r].trace.tenant, 0.0) > max(mine, 1.0)
-                and now - state[r].started >= config.min_runtime
-            ),
-            key=lambda r: (-ratio[state[r].trace.tenant], -state[r].started, r),
-        )
-        freed = int(free.sum())
-        chosen = []
-        for r in victims:
-            if freed >= j.trace.gpus:
+        need = j.trace.gpus
+        if int(free.sum()) + sum(len(state[r].gpus) for r in victims) < need:
+            return False
+        for chosen in _victim_sets(victims, need):
+            mask = free.copy()
+            for r in chosen:
+                mask[state[r].gpus] = True
+            placed = placer.place(j.trace, mask)
+            if placed is not None:
                 break
-            chosen.append(r)
-            freed += len(state[r].gpus)
-        if freed < j.trace.gpus:
-            return
+        else:
+            return False
         for r in chosen:
             preempt(state[r], now)
-        if try_start(k, now):
-            queue.remove(k)
+        start(j, placed[0], placed[1], now)
+        queue.remove(k)
+        fair_pass(now)
+        return True
+
+    def _victim_sets(victims: list[int], need: int) -> Iterator[list[int]]:
+        """Sets of victims to try for a job of ``need`` GPUs, in order: the fairness order's
+        prefix that frees ``need`` GPUs; then, where a job must sit compactly, the cheapest
+        (fewest GPUs preempted) set that leaves one node with ``need`` free GPUs, or that
+        clears whole nodes (together with those already whole) of ``need`` GPUs."""
+        freed, prefix = int(free.sum()), []
+        for r in victims:
+            if freed >= need:
+                break
+            prefix.append(r)
+            freed += len(state[r].gpus)
+        yield prefix
+        if config.admission == "any" and placer.rule != "whole-nodes":
+            return
+        per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
+        order = {r: i for i, r in enumerate(victims)}
+        cost = {r: len(state[r].gpus) for r in victims}
+        options = []
+        if need <= gmax:  # one node: victims there in fairness order until it has room
+            on = defaultdict(list)
+            for r in victims:
+                for node, count in state[r].node_counts:
+                    on[node].append((r, count))
+            for node, here in on.items():
+                if node_sizes[node] < need or per_node[node] >= need:
+                    continue
+                room, picked = int(per_node[node]), []
+                for r, count in here:
+                    picked.append(r)
+                    room += count
+                    if room >= need:
+                        options.append((sum(cost[v] for v in picked), node, picked))
+                        break
+        else:  # whole nodes: clear the nodes whose every job is a victim, cheapest first
+            whole = [n for n in range(cluster.n_nodes) if per_node[n] == node_sizes[n]]
+            got = sum(node_sizes[n] for n in whole)
+            clearable = []
+            for node in range(cluster.n_nodes):
+                jobs_here = list(on_node[node])
+                if jobs_here and all(r in order for r in jobs_here):
+                    clearable.append((sum(cost[r] for r in jobs_here), node, jobs_here))
+            cleared: set[int] = set()
+            for _c, node, jobs_here in sorted(clearable):
+                if got >= need:
+                    break
+                cleared.update(jobs_here)
+                got += node_sizes[node]
+            if got >= need and cleared:
+                options.append((sum(cost[r] for r in cleared), -1,
+                                sorted(cleared, key=order.__getitem__)))  # fmt: skip
+        for _c, _node, picked in sorted(options, key=lambda o: (o[0], o[1])):
+            if picked != prefix:
+                yield picked
 
     def record(now: float) -> None:
         series_t.append(now)
