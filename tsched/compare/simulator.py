@@ -25,8 +25,9 @@ Queue policies (:data:`QUEUES`):
     its share (budgets ``"tenant"`` and ``"tenant/project"``). A job that does not fit may
     preempt jobs of tenants above their share that have run at least ``min_runtime`` seconds
     (the protected time), only where the GPUs they free give it a placement its policy and
-    admission regime take: under ``compact`` admission the fewest victims' GPUs that clear one
-    node, or whole nodes, for it. A preempted job returns to the queue and keeps its progress.
+    admission regime take: the fairness order's victims, or where those free the wrong nodes
+    (``compact`` admission) the fewest victims' GPUs that clear one node, or whole nodes, for
+    it. A preempted job returns to the queue and keeps its progress.
 
 Every policy replays the same jobs in the same order with the same seed (matched traces).
 """
