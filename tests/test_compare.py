@@ -504,6 +504,24 @@ def test_fair_share_preempts_after_the_protected_runtime() -> None:
     assert protected["b"].start == 5000 and not any(r.preemptions for r in protected.values())
 
 
+def test_a_restart_cost_delays_each_restart_and_counts_as_no_progress() -> None:
+    jobs = [job(f"a{k}", 0, 1, 5000, "A") for k in range(4)] + [job("b", 1000, 2, 100, "B")]
+    recs, _ = run(jobs, "fair", min_runtime=600.0, restart_cost=300.0)
+    victims = [r for r in recs.values() if r.preemptions]
+    assert len(victims) == 2 and recs["b"].end == 1100  # b never restarts: no cost
+    for v in victims:  # 4000 s of work left, restarted at 1100 after 300 s of reloading
+        assert v.end == pytest.approx(1100 + 300 + 4000)
+    # one node of 2: a restarts at 1100 and is protected until it has computed 600 s after
+    # its 300 s restart, so c waits; preempted again at 5000 (a's first run's end), a has
+    # done 3,600 s of its 4,000, and restarts at 5100 for 300 + 400 s
+    again = [job("a", 0, 2, 5000, "A"), job("b", 1000, 2, 100, "B"), job("c", 1200, 2, 100, "B")]
+    recs, _ = run(again, "fair", one_node(2), min_runtime=600.0, restart_cost=300.0)
+    assert (recs["c"].start, recs["a"].preemptions) == (5000, 2)
+    assert recs["a"].end == pytest.approx(5100 + 300 + 400)
+    with pytest.raises(InputError, match="restart_cost"):
+        SimConfig(restart_cost=-1.0)
+
+
 def test_fair_share_under_compact_admission_preempts_only_what_frees_a_node() -> None:
     """Two nodes of 4, tenant A on 3 GPUs of each. B's 4-GPU job needs a whole node: the
     fairness order's first two victims sit on different nodes, so the preemption takes the
@@ -655,6 +673,11 @@ def test_compare_cli_writes_records_summary_report_and_plots(tmp_path, capsys) -
                  "greedy,bogus", "--cluster", str(G4DN), "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "unknown policy 'bogus'" in err and err.count("\n") == 1
+    code = main(["compare", "--trace", str(TRACES / "pollux_workload-6.csv"), "--cluster",
+                 str(G4DN), "--queue", "fair", "--restart-cost", "-5",
+                 "--out", str(out)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "--restart-cost" in err and err.count("\n") == 1
 
 
 def test_write_report_without_plots(tmp_path) -> None:

@@ -71,6 +71,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         window=args.window,
         min_runtime=args.min_runtime,
         preemption=not args.no_preemption,
+        restart_cost=args.restart_cost,
         snapshot_jobs=representative_jobs(jobs),
         admission=args.admission,
     )
@@ -261,6 +262,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--min-runtime", type=number(minimum=0.0), default=600.0,
                    help="protected runtime before preemption, s")  # fmt: skip
     p.add_argument("--no-preemption", action="store_true", help="fair share never preempts")
+    p.add_argument("--restart-cost", type=number(minimum=0.0), default=0.0,
+                   help="seconds a preempted job takes to restart (default 0: free)")  # fmt: skip
     p.add_argument(
         "--time-limit", type=number(positive=True), default=1.0, help="seconds per placement solve"
     )

@@ -123,9 +123,13 @@ class SimConfig:
     window : float
         Sliding window of the fair-share usage, seconds.
     min_runtime : float
-        Protected runtime before a job may be preempted (``fair``), seconds.
+        Protected runtime before a job may be preempted (``fair``), seconds; after a restart it
+        counts from the end of the restart (``restart_cost``).
     preemption : bool
         Whether ``fair`` may preempt.
+    restart_cost : float
+        Seconds a preempted job spends before it computes again when it restarts (reloading
+        its checkpoint and state); 0 makes a preemption free.
     scan_depth : int
         How many waiting jobs behind the head ``backfill`` tries, and ``fair`` per project, in
         one pass (as Slurm's ``bf_max_job_test``); bounds the cost of a pass on long queues.
@@ -168,6 +172,7 @@ class SimConfig:
     window: float = 6 * 3600.0
     min_runtime: float = 600.0
     preemption: bool = True
+    restart_cost: float = 0.0
     scan_depth: int = 500
     snapshot_jobs: tuple[str, ...] = ()
     admission: str = "any"
@@ -206,6 +211,8 @@ class SimConfig:
             raise InputError(f"scan_depth must be >= 1, got {self.scan_depth}")
         if not self.window > 0 or self.min_runtime < 0:
             raise InputError("fair share: window must be > 0 and min_runtime >= 0")
+        if not (self.restart_cost >= 0 and math.isfinite(self.restart_cost)):
+            raise InputError(f"restart_cost must be finite seconds >= 0, got {self.restart_cost}")
 
     @property
     def reserves(self) -> str:
@@ -306,6 +313,7 @@ class _Job:
     first_start: float = -1.0
     started: float = 0.0
     runtime: float = 0.0  # of the current run
+    overhead: float = 0.0  # seconds of the current run spent restarting, not computing
     gpus: np.ndarray | None = None
     run_id: int = 0
     preemptions: int = 0
@@ -882,7 +890,8 @@ def simulate(
             _tally(aged, j.trace.gpus, -1, -rt, -rt * loss_of(j))
         j.gpus = gpus
         j.started = now
-        j.runtime = j.remaining * j.trace.duration * slowdown
+        j.overhead = config.restart_cost if j.preemptions else 0.0
+        j.runtime = j.remaining * j.trace.duration * slowdown + j.overhead
         if j.first_start < 0:
             j.first_start = now
         nodes, counts = np.unique(cluster.gpu_node[gpus], return_counts=True)
@@ -928,7 +937,8 @@ def simulate(
         usage.change(project_key(j), now, -len(j.gpus))
 
     def preempt(j: _Job, now: float) -> None:
-        done_frac = (now - j.started) / j.runtime if j.runtime > 0 else 1.0
+        work = j.runtime - j.overhead  # the restart's seconds are no progress
+        done_frac = max(now - j.started - j.overhead, 0.0) / work if work > 0 else 1.0
         j.remaining = max(j.remaining * (1.0 - done_frac), 0.0)
         stop(j, now)
         j.preemptions += 1
@@ -1300,7 +1310,8 @@ def simulate(
                     r
                     for r in running
                     if ratio.get(state[r].trace.tenant, 0.0) > 1.0
-                    and now - state[r].started >= config.min_runtime
+                    # protected until it has computed min_runtime, its restart not counted
+                    and now - state[r].started >= state[r].overhead + config.min_runtime
                 ),
                 key=lambda r: (-ratio[state[r].trace.tenant], -state[r].started, r),
             )
