@@ -504,6 +504,15 @@ def test_fair_share_preempts_after_the_protected_runtime() -> None:
     assert protected["b"].start == 5000 and not any(r.preemptions for r in protected.values())
 
 
+def test_fair_share_without_a_protected_time_does_not_swap_jobs_back_and_forth() -> None:
+    """With min_runtime 0 the job a preemption just started is no victim in the same pass:
+    c preempts a once and runs to its end instead of swapping with it."""
+    jobs = [job("a", 0, 2, 5000, "A"), job("b", 1000, 2, 100, "B"), job("c", 1200, 2, 100, "B")]
+    recs, _ = run(jobs, "fair", one_node(2), min_runtime=0.0)
+    assert (recs["c"].start, recs["c"].end, recs["c"].preemptions) == (1200, 1300, 0)
+    assert recs["a"].preemptions == 2 and recs["a"].end == pytest.approx(5200)
+
+
 def test_a_restart_cost_delays_each_restart_and_counts_as_no_progress() -> None:
     jobs = [job(f"a{k}", 0, 1, 5000, "A") for k in range(4)] + [job("b", 1000, 2, 100, "B")]
     recs, _ = run(jobs, "fair", min_runtime=600.0, restart_cost=300.0)

@@ -1310,8 +1310,10 @@ def simulate(
                     r
                     for r in running
                     if ratio.get(state[r].trace.tenant, 0.0) > 1.0
-                    # protected until it has computed min_runtime, its restart not counted
+                    # protected until it has computed min_runtime, its restart not counted;
+                    # never the instant it started (no two jobs swapping within one pass)
                     and now - state[r].started >= state[r].overhead + config.min_runtime
+                    and state[r].started < now
                 ),
                 key=lambda r: (-ratio[state[r].trace.tenant], -state[r].started, r),
             )
