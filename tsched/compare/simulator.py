@@ -872,6 +872,9 @@ def simulate(
         return None if math.isinf(when[node]) else (float(when[node]), node)
 
     placer.wait = compact_wait if config.admission == "any" and placer.rule == "fgd" else None
+    # whether a job must sit compactly: one node for a job of up to a node, whole nodes for a
+    # larger one (compact admission, or the whole-nodes rule under any admission)
+    whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
 
     def tenant_key(j: _Job) -> str:
         return j.trace.tenant
@@ -1194,10 +1197,8 @@ def simulate(
         need = head.trace.gpus
         from tsched.compare.placement import is_compact, node_count
 
+        # fgd's compact under ``any`` is the fewest nodes, whole or not
         waits_compact = config.admission == "any" and head.index in placer.deferred
-        # whole nodes for a job larger than a node; fgd's compact under ``any`` is the fewest
-        # nodes, whole or not
-        whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
         fewest = node_count(cluster, need) if waits_compact and need > gmax else 0
         # the running jobs that end before the first time the head could fit free nothing the
         # head can use: skip them at once (a deep queue on thousands of GPUs has many)
@@ -1319,17 +1320,19 @@ def simulate(
             )
             if not needy or not victims:
                 return
-            if not any(_preempt_for_tenant(t, now, victims) for t in needy):
+            room = int(free.sum()) + sum(len(state[r].gpus) for r in victims)
+            if not any(_preempt_for_tenant(t, now, victims, room) for t in needy):
                 return
 
-    def _preempt_for_tenant(tenant: str, now: float, victims: list[int]) -> bool:
-        """Whether a preemption starts one of ``tenant``'s waiting jobs (one of each size)."""
+    def _preempt_for_tenant(tenant: str, now: float, victims: list[int], room: int) -> bool:
+        """Whether a preemption starts one of ``tenant``'s waiting jobs (one of each size, up
+        to ``room``: the GPUs free and the victims' together)."""
         waiting = sorted(item for jobs in queue.groups[tenant].values()
                          for item in jobs[: config.scan_depth])  # fmt: skip
         tried: set[int] = set()
         for _submit, k in waiting[: config.scan_depth]:
             size = state[k].trace.gpus
-            if size not in tried:
+            if size <= room and size not in tried:
                 if _preempt_for(k, now, victims):
                     return True
                 tried.add(size)
@@ -1344,12 +1347,10 @@ def simulate(
         other nodes than the job needs), the fewest victims' GPUs that clear room on one
         node, or whole nodes, instead. Where none does, nobody is preempted. ``k`` starts on
         the freed room and the jobs behind it may take what is left in the same pass.
-        Returns whether ``k`` started."""
+        Returns whether ``k`` started (``victims`` and the free GPUs hold its GPUs by
+        count)."""
         j = state[k]
-        need = j.trace.gpus
-        if int(free.sum()) + sum(len(state[r].gpus) for r in victims) < need:
-            return False
-        for chosen in _victim_sets(victims, need):
+        for chosen in _victim_sets(victims, j.trace.gpus):
             mask = free.copy()
             for r in chosen:
                 mask[state[r].gpus] = True
@@ -1377,17 +1378,17 @@ def simulate(
             prefix.append(r)
             freed += len(state[r].gpus)
         yield prefix
-        if config.admission == "any" and placer.rule != "whole-nodes":
+        if not whole_only:
             return
         per_node = np.bincount(cluster.gpu_node[free], minlength=cluster.n_nodes)
         order = {r: i for i, r in enumerate(victims)}
         cost = {r: len(state[r].gpus) for r in victims}
+        on = defaultdict(list)  # per node its victims, in fairness order, and their GPUs there
+        for r in victims:
+            for node, count in state[r].node_counts:
+                on[node].append((r, count))
         options = []
         if need <= gmax:  # one node: victims there in fairness order until it has room
-            on = defaultdict(list)
-            for r in victims:
-                for node, count in state[r].node_counts:
-                    on[node].append((r, count))
             for node, here in on.items():
                 if node_sizes[node] < need or per_node[node] >= need:
                     continue
@@ -1399,13 +1400,9 @@ def simulate(
                         options.append((sum(cost[v] for v in picked), node, picked))
                         break
         else:  # whole nodes: clear the nodes whose every job is a victim, cheapest first
-            whole = [n for n in range(cluster.n_nodes) if per_node[n] == node_sizes[n]]
-            got = sum(node_sizes[n] for n in whole)
-            clearable = []
-            for node in range(cluster.n_nodes):
-                jobs_here = list(on_node[node])
-                if jobs_here and all(r in order for r in jobs_here):
-                    clearable.append((sum(cost[r] for r in jobs_here), node, jobs_here))
+            got = int(node_gpus[per_node == node_gpus].sum())  # the whole free nodes
+            clearable = [(sum(cost[r] for r in on_node[node]), node, list(on_node[node]))
+                         for node in on if all(r in order for r in on_node[node])]  # fmt: skip
             cleared: set[int] = set()
             for _c, node, jobs_here in sorted(clearable):
                 if got >= need:
