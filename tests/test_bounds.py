@@ -156,7 +156,7 @@ def test_spectral_bound_needs_a_nested_hierarchy() -> None:
     ],
 )
 def test_product_eigenvalues_equal_the_dense_spectrum(sizes, order) -> None:
-    from tsched.solvers.bounds import _laplacian_eigenvalues, product_eigenvalues
+    from tsched.solvers.bounds.spectral import _laplacian_eigenvalues, product_eigenvalues
 
     model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8,
                       experts=8 if "ep" in sizes else 0, top_k=2, expert_params_b=6)  # fmt: skip
@@ -225,7 +225,7 @@ def test_densest_weights_are_the_densest_subgraphs(seed, n) -> None:
     """Exact with the default budget; an upper bound when the search is cut short (one visit),
     in the compiled kernel and in its plain-Python form."""
     from tsched.solvers import _densest_kernel as kernel
-    from tsched.solvers.bounds import _densest_inputs, _greedy_densest
+    from tsched.solvers.bounds.densest import _densest_inputs, greedy_densest
 
     rng = np.random.default_rng(seed)
     f = rng.integers(0, 5, (n, n)) * (rng.random((n, n)) < 0.5)
@@ -239,7 +239,7 @@ def test_densest_weights_are_the_densest_subgraphs(seed, n) -> None:
     for size in range(2, n + 1):
         known = np.array(brute[:size])
         for fn in (kernel.search, plain):
-            value, finished = fn(a, top, size, known, _greedy_densest(a, size), 1)
+            value, finished = fn(a, top, size, known, greedy_densest(a, size), 1)
             assert value >= brute[size] - 1e-9
             value, finished = fn(a, top, size, known, 0.0, 10**9)
             assert finished and value == pytest.approx(brute[size])
@@ -372,7 +372,8 @@ def test_layout_and_packing_weights_bound_the_densest_subgraphs(workload) -> Non
 def test_packing_weights_bound_any_traffic(seed, n) -> None:
     """On traffic of no layout the heaviest-pairs weights alone stay above the densest
     subgraphs, and the knapsack's linear relaxation above its exact optimum."""
-    from tsched.solvers.bounds import _kept_upper, _kept_upper_relaxed, packing_weights
+    from tsched.solvers.bounds import packing_weights
+    from tsched.solvers.bounds.densest import kept_upper, kept_upper_relaxed
 
     rng = np.random.default_rng(seed)
     f = rng.random((n, n)) * (rng.random((n, n)) < 0.5)
@@ -385,9 +386,9 @@ def test_packing_weights_bound_any_traffic(seed, n) -> None:
     caps = rng.integers(1, n + 1, size=int(rng.integers(1, 5)))
     if caps.sum() < n:
         caps[0] += n - caps.sum()
-    exact = _kept_upper(weights, caps, n)
+    exact = kept_upper(weights, caps, n)
     d = np.array([weights[min(s, n)] for s in range(int(caps.max()) + 1)])
-    assert _kept_upper_relaxed(d, caps, n) >= exact - 1e-9
+    assert kept_upper_relaxed(d, caps, n) >= exact - 1e-9
     from tsched.solvers import _densest_kernel as kernel
 
     plain = getattr(kernel.knapsack, "py_func", kernel.knapsack)  # the same loop, uncompiled
@@ -480,7 +481,7 @@ def test_an_explicit_traffic_list_of_a_layout_is_bounded_like_the_layout() -> No
     """The same TP4 × PP2 × DP4 traffic written out as an edge list (no layout): its ranks'
     digits are found from the pairs alone, so the factor graphs, the spectrum and every bound
     are the layout's; with the ranks shuffled no product numbering exists and none is claimed."""
-    from tsched.solvers.bounds import _rank_digits, layout_factors
+    from tsched.solvers.bounds.layout import _rank_digits, layout_factors
 
     model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
     layout = Workload.from_layout("j", Layout(tp=4, pp=2, dp=4), model)
@@ -644,10 +645,10 @@ def test_block_cut_model_is_capped(monkeypatch) -> None:
     the bound is then 0, never a guess."""
     from tsched.solvers import bounds
 
-    layers = bounds._matching_layers(np.full((16, 16), 2.0))
+    layers = bounds.cut_cpsat._matching_layers(np.full((16, 16), 2.0))
     assert [size for _, size in layers] == [16] * 16
     assert sum(w * size for w, size in layers) == pytest.approx(2.0 * 256)
-    assert len(bounds._matching_layers(np.full((16, 16), 2.0), most=3)) == 3
+    assert len(bounds.cut_cpsat._matching_layers(np.full((16, 16), 2.0), most=3)) == 3
     problem = _ring_of_blocks(8, 16, 10.0, 1.0)
-    monkeypatch.setattr(bounds, "BLOCK_MODEL_MAX", 8)
+    monkeypatch.setattr(bounds.cut_cpsat, "BLOCK_MODEL_MAX", 8)
     assert bounds.block_cut_cpsat(problem, np.array([84, 92])) == 0.0

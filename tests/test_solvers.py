@@ -141,9 +141,9 @@ def test_missing_backend_names_extra() -> None:
         with pytest.raises(SolverNotAvailableError, match=r"pip install 'tsched\[numba\]'"):
             solve(random_qap(0, 4), method="needs-missing")
     finally:
-        from tsched.solvers import registry
+        from tsched.solvers.base import unregister
 
-        registry._REGISTRY.pop("needs-missing")
+        unregister("needs-missing")
 
 
 def test_heuristic_never_claims_optimal_without_bound() -> None:

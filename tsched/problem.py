@@ -15,6 +15,7 @@ and, for raw QAPs whose flow matrix has a non-zero diagonal, QAPLIB's A[i, i] ·
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +76,7 @@ class PlacementProblem:
     linear: np.ndarray | None = field(default=None, repr=False)
     infeasible_reason: str = ""
     given_distance: np.ndarray | None = field(default=None, repr=False)
-    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -227,6 +228,45 @@ class PlacementProblem:
     @property
     def n_edges(self) -> int:
         return len(self.gb)
+
+    # ------------------------------------------------------------------ derived data
+    def cached(
+        self,
+        key: Hashable,
+        build: Callable[[], Any],
+        *,
+        serves: Callable[[Any], bool] | None = None,
+    ) -> Any:
+        """The value kept under ``key`` on this problem, built by ``build()`` on first use.
+
+        What solvers and bounds derive from a problem (eigenvalues, densest-subgraph weights, a
+        bound's progress) is kept with it, so the next stage or solver reuses it. ``serves``,
+        when given, says whether a kept value still serves the caller (a table long enough, say);
+        where it does not, the value is built again and replaces it.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> p = PlacementProblem.from_qap(np.array([[0, 1], [1, 0]]), np.eye(2))
+        >>> p.cached("answer", lambda: 42), p.cached("answer", lambda: 0)
+        (42, 42)
+        >>> p.cached("answer", lambda: 7, serves=lambda v: v < 10)
+        7
+        """
+        if key in self._cache:
+            value = self._cache[key]
+            if serves is None or serves(value):
+                return value
+        value = self._cache[key] = build()
+        return value
+
+    def peek(self, key: Hashable, default: Any = None) -> Any:
+        """The value kept under ``key`` (see :meth:`cached`), or ``default``; builds nothing."""
+        return self._cache.get(key, default)
+
+    def remember(self, key: Hashable, value: Any) -> None:
+        """Keep ``value`` under ``key`` (see :meth:`cached`), replacing what was there."""
+        self._cache[key] = value
 
     def flow_csr(self) -> sp.csr_array:
         """Traffic as a sparse (n, n) matrix (cached)."""

@@ -1,6 +1,6 @@
 """Compiled kernels behind the partition and packing bounds (numba when installed, plain Python
 otherwise): the densest-subgraph search (:func:`tsched.solvers.bounds.partition_bound`) and the
-knapsack over a level's domains (:func:`tsched.solvers.bounds._kept_upper`).
+knapsack over a level's domains (:func:`tsched.solvers.bounds.kept_upper`).
 
 ``search`` finds the largest total weight of ``size`` vertices of a dense symmetric weight
 matrix ``a`` (zero diagonal, non-negative, vertices sorted by weighted degree), depth first over
@@ -121,7 +121,7 @@ def search(a, top, size, known, incumbent, max_visits):  # pragma: no cover - co
 @njit(cache=True)
 def knapsack(d, caps, n):  # pragma: no cover - compiled
     """``max Σ_k d[s_k]`` over ``0 ≤ s_k ≤ caps[k]`` with ``Σ s_k = n`` (−inf if none): the
-    dynamic programme of :func:`tsched.solvers.bounds._kept_upper`, domain by domain, with the
+    dynamic programme of :func:`tsched.solvers.bounds.kept_upper`, domain by domain, with the
     same sums and maxima as its array form."""
     best = np.full(n + 1, -np.inf)
     best[0] = 0.0

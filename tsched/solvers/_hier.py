@@ -139,8 +139,8 @@ def prepare_exact(
     """
     from tsched.errors import InputError
     from tsched.problem import objective
+    from tsched.solvers.base import SolverOutput, get_solver
     from tsched.solvers.bounds import best_bound
-    from tsched.solvers.registry import SolverOutput, get_solver
 
     view, why = hierarchical_view(problem)
     model = options.get("model", "hierarchical" if view is not None else "flat")

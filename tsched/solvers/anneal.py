@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers.registry import Assignment, Count, SolverOutput, register
+from tsched.solvers.base import Assignment, Count, SolverOutput, register
 from tsched.solvers.tabu import MAX_LOCATIONS, prepare_search, run_chunks, start_permutation
 
 __all__ = ["anneal", "calibrate_temperature"]

@@ -55,9 +55,9 @@ import numpy as np
 
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import hierarchical_view
+from tsched.solvers.base import SolverOutput, get_solver, keep_better, register
 from tsched.solvers.bounds import best_bound, linear_floor
 from tsched.solvers.hierarchical import sparse_refine
-from tsched.solvers.registry import SolverOutput, get_solver, keep_better, register
 
 __all__ = ["auto", "DEFAULT_TIME_LIMIT", "BNB_MAX", "CPSAT_MAX_WORKERS", "COMPONENTS_MAX"]
 
@@ -241,7 +241,7 @@ def _single(
     constructed = time.perf_counter() - start  # greedy's construction (and what came before)
     value = objective(problem, greedy.assignment)
     bound, source = best_bound(problem, target=value, thorough=True)
-    cut_plan = problem._cache.get("partition_plan")  # left by the partition bound's CP-SAT cut
+    cut_plan = problem.peek("partition_plan")  # left by the partition bound's CP-SAT cut
     cut_value = np.inf if cut_plan is None else objective(problem, cut_plan)
     if cut_value < value:
         greedy = replace(greedy, assignment=cut_plan, message="greedy, then the bound's cut")

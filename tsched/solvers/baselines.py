@@ -18,7 +18,7 @@ import numpy as np
 
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem
-from tsched.solvers.registry import SolverOutput, register
+from tsched.solvers.base import SolverOutput, register
 
 __all__ = ["pack", "spread", "random_placement", "kai_tas", "domain_columns"]
 

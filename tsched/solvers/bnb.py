@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
+from tsched.solvers.base import Assignment, Count, SolverOutput, get_solver, register
 from tsched.solvers.bounds import min_scalar_products
-from tsched.solvers.registry import Assignment, Count, SolverOutput, get_solver, register
 
 __all__ = ["bnb", "reference_branch_and_bound"]
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
-from tsched.solvers.registry import Assignment, Count, Flag, SolverOutput, keep_better, register
+from tsched.solvers.base import Assignment, Count, Flag, SolverOutput, keep_better, register
 
 __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers.registry import Count, SolverOutput, register
+from tsched.solvers.base import Count, SolverOutput, register
 
 __all__ = ["faq", "faq_best"]
 

@@ -29,8 +29,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from tsched.problem import PlacementProblem, objective, swap_deltas_dense
+from tsched.solvers.base import Count, Flag, SolverOutput, register
 from tsched.solvers.baselines import domain_columns
-from tsched.solvers.registry import Count, Flag, SolverOutput, register
 
 __all__ = [
     "greedy",
@@ -266,7 +266,7 @@ def subproblem(problem: PlacementProblem, start: np.ndarray, extra: np.ndarray) 
     k = len(pos)
     flow = np.zeros((k, k))
     flow[:n, :n] = problem.flow_dense()
-    if problem.cluster is not None and problem._cache.get("distance") is None:
+    if problem.cluster is not None and problem.peek("distance") is None:
         dist = problem.cluster.distance_matrix(problem.locations[pos])
     else:
         dist = np.ascontiguousarray(problem.distance()[np.ix_(pos, pos)])

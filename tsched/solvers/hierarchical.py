@@ -38,9 +38,9 @@ import scipy.sparse as sp
 
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem, objective
+from tsched.solvers.base import Count, Flag, SolverOutput, register
 from tsched.solvers.baselines import domain_columns
 from tsched.solvers.greedy import candidate_sets, construct_dense, local_search
-from tsched.solvers.registry import Count, Flag, SolverOutput, register
 
 __all__ = ["hierarchical", "partition", "sparse_refine", "nested_keys", "PARTITIONERS"]
 
@@ -125,9 +125,11 @@ def partition(
 def nested_keys(problem: PlacementProblem) -> np.ndarray:
     """(m, L + 2) domain ids per location, top first: [root, top level, …, node], each keyed by
     its parent so the levels nest even when the cluster's do not (cached on the problem)."""
-    cached = problem._cache.get("nested_keys")
-    if cached is not None:
-        return cached
+    return problem.cached("nested_keys", lambda: _nested_keys(problem))
+
+
+def _nested_keys(problem: PlacementProblem) -> np.ndarray:
+    """:func:`nested_keys`, uncached."""
     _, cols = domain_columns(problem)  # [node, level1, …]
     m = problem.n_locations
     keys = [np.zeros(m, dtype=np.int64)]
@@ -135,8 +137,7 @@ def nested_keys(problem: PlacementProblem) -> np.ndarray:
         pair = np.stack([keys[-1], cols[:, k].astype(np.int64)], axis=1)
         _, inv = np.unique(pair, axis=0, return_inverse=True)
         keys.append(inv.reshape(-1).astype(np.int64))
-    out = problem._cache["nested_keys"] = np.stack(keys, axis=1)
-    return out
+    return np.stack(keys, axis=1)
 
 
 def _choose_children(

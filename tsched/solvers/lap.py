@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem
-from tsched.solvers.registry import SolverOutput, register
+from tsched.solvers.base import SolverOutput, register
 
 __all__ = ["lap", "solve_lap"]
 

@@ -28,7 +28,7 @@ import numpy as np
 from tsched.errors import InputError, SolverError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
-from tsched.solvers.registry import Assignment, Flag, SolverOutput, keep_better, register
+from tsched.solvers.base import Assignment, Flag, SolverOutput, keep_better, register
 
 __all__ = ["milp", "BACKENDS"]
 

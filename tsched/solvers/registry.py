@@ -1,21 +1,22 @@
-"""Solver registry and the one front door, :func:`solve`.
+"""The one front door of the solvers, :func:`solve`.
 
 Each solver is a plain function ``fn(problem, *, time_limit, seed, options) -> SolverOutput``
-registered under a name with capability metadata. :func:`solve` validates the arguments,
-short-cuts infeasible problems, runs the solver, recomputes the objective in floating point from
-the assignment, attaches the best lower bound it knows, and decides the status: ``optimal`` only
-when the solver proved it or the bound meets the objective.
+registered under a name with capability metadata (:mod:`tsched.solvers.base`). :func:`solve`
+validates the arguments, short-cuts infeasible problems, runs the solver, recomputes the
+objective in floating point from the assignment, attaches the best lower bound it knows, and
+decides the status: ``optimal`` only when the solver proved it or the bound meets the objective.
+
+The registry's lookups (:func:`solvers`, :func:`get_solver`) and its types are re-exported here
+for callers of the front door; solver modules import them from :mod:`tsched.solvers.base`.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -23,249 +24,26 @@ import numpy as np
 from tsched.errors import InputError, SolverError, SolverNotAvailableError
 from tsched.plan import PlacementResult, relative_gap
 from tsched.problem import PlacementProblem, check_assignment, objective
+from tsched.solvers.base import (
+    OPTIMALITY_TOLERANCE,
+    SolverInfo,
+    SolverOutput,
+    get_solver,
+    register,
+    solvers,
+    validate_options,
+)
+from tsched.solvers.bounds import best_bound, needs_assignment_solver
 
 __all__ = ["SolverInfo", "SolverOutput", "register", "get_solver", "solvers", "solve"]
 
 log = logging.getLogger(__name__)
-
-#: Modules that register built-in solvers when imported.
-_BUILTIN_MODULES = (
-    "tsched.solvers.baselines",
-    "tsched.solvers.greedy",
-    "tsched.solvers.bnb",
-    "tsched.solvers.tabu",
-    "tsched.solvers.anneal",
-    "tsched.solvers.hierarchical",
-    "tsched.solvers.faq",
-    "tsched.solvers.cpsat",
-    "tsched.solvers.milp",
-    "tsched.solvers.lap",
-    "tsched.solvers.auto",
-)
-#: Relative gap under which a bound is taken to meet the objective (float costs are scaled to
-#: integers by CP-SAT and MILP backends, so proofs hold up to this tolerance).
-OPTIMALITY_TOLERANCE = 1e-6
-
-
-@dataclass(frozen=True, slots=True)
-class SolverOutput:
-    """What a solver function hands back to :func:`solve`."""
-
-    assignment: np.ndarray | None
-    bound: float | None = None
-    proved_optimal: bool = False
-    proved_infeasible: bool = False
-    iterations: int = 0
-    message: str = ""
-    stats: Mapping[str, Any] = field(default_factory=dict)
-    method: str | None = None  # the method actually used (set by meta-solvers such as auto)
-
-
-SolverFn = Callable[..., SolverOutput]
-
-
-class OptionKind:
-    """How :func:`validate_options` reads one option's value: ``read(method, key, value)``
-    returns it converted, or raises :class:`InputError` naming the method, the option, the bad
-    value and what was expected."""
-
-    expected = ""
-
-    def read(self, method: str, key: str, value: Any) -> Any:
-        raise NotImplementedError
-
-    def fail(self, method: str, key: str, value: Any) -> InputError:
-        return InputError(f"method {method!r}: option {key}={value!r} must be {self.expected}")
-
-
-@dataclass(frozen=True)
-class Count(OptionKind):
-    """An integer in [``minimum``, ``maximum``] (a whole float such as the command line's
-    ``1e3`` counts)."""
-
-    minimum: int
-    maximum: int | None = None
-
-    @property
-    def expected(self) -> str:  # type: ignore[override]
-        top = f"..{self.maximum}" if self.maximum is not None else " or more"
-        return f"an integer {self.minimum}{top}"
-
-    def read(self, method: str, key: str, value: Any) -> int:
-        number: Any = value
-        if isinstance(value, str):
-            try:
-                number = float(value.strip())
-            except ValueError:
-                raise self.fail(method, key, value) from None
-        if isinstance(number, bool) or not isinstance(number, int | float | np.integer):
-            raise self.fail(method, key, value)
-        if not math.isfinite(number) or number != int(number):
-            raise self.fail(method, key, value)
-        count = int(number)
-        if count < self.minimum or (self.maximum is not None and count > self.maximum):
-            raise self.fail(method, key, value)
-        return count
-
-
-@dataclass(frozen=True)
-class Flag(OptionKind):
-    """``true`` or ``false`` (a boolean, or its name)."""
-
-    expected = "true or false"
-
-    def read(self, method: str, key: str, value: Any) -> bool:
-        if isinstance(value, bool | np.bool_):
-            return bool(value)
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
-        raise self.fail(method, key, value)
-
-
-@dataclass(frozen=True)
-class Assignment(OptionKind):
-    """A location per worker: a sequence of integers, or their list ``0,5,3`` as text
-    (checked against the problem when it is solved)."""
-
-    expected = "a location per worker, integers (e.g. hint=0,1,2,3)"
-
-    def read(self, method: str, key: str, value: Any) -> np.ndarray:
-        items = value.split(",") if isinstance(value, str) else value
-        if isinstance(items, int | np.integer) and not isinstance(items, bool):
-            items = [items]
-        try:
-            plan = np.asarray(items)
-        except (TypeError, ValueError):
-            raise self.fail(method, key, value) from None
-        if plan.dtype.kind in "US":
-            try:
-                plan = np.array([int(str(x).strip()) for x in plan.ravel()])
-            except ValueError:
-                raise self.fail(method, key, value) from None
-        if plan.ndim != 1 or not len(plan) or plan.dtype.kind not in "iu":
-            raise self.fail(method, key, value)
-        return plan.astype(np.int64)
-
-
-@dataclass(frozen=True, slots=True)
-class SolverInfo:
-    """A registered solver and what it can do."""
-
-    name: str
-    fn: SolverFn
-    description: str
-    exact: bool = False
-    provides_bound: bool = False
-    supports_hint: bool = False
-    required_modules: tuple[str, ...] = ()
-    extra: str = ""
-    options: Mapping[str, str] = field(default_factory=dict)
-    baseline: bool = False
-    kinds: Mapping[str, OptionKind] = field(default_factory=dict)
-
-    def installed(self) -> bool:
-        """True when every required module can be found (checked without importing it)."""
-        return all(importlib.util.find_spec(m) is not None for m in self.required_modules)
-
-
-_REGISTRY: dict[str, SolverInfo] = {}
-
-
-def register(
-    name: str,
-    *,
-    description: str,
-    exact: bool = False,
-    provides_bound: bool = False,
-    supports_hint: bool = False,
-    required_modules: tuple[str, ...] = (),
-    extra: str = "",
-    options: Mapping[str, str] | None = None,
-    baseline: bool = False,
-    kinds: Mapping[str, OptionKind] | None = None,
-) -> Callable[[SolverFn], SolverFn]:
-    """Decorator: register ``fn`` as solver ``name``. ``options`` maps option keys to help,
-    ``kinds`` some of them to how their values are read (:class:`Count`, :class:`Flag`,
-    :class:`Assignment`); the solver reads the others itself."""
-    unknown = set(kinds or {}) - set(options or {})
-    assert not unknown, f"{name}: kinds for undocumented options {sorted(unknown)}"
-
-    def deco(fn: SolverFn) -> SolverFn:
-        _REGISTRY[name] = SolverInfo(
-            name,
-            fn,
-            description,
-            exact,
-            provides_bound,
-            supports_hint,
-            required_modules,
-            extra,
-            dict(options or {}),
-            baseline,
-            dict(kinds or {}),
-        )
-        return fn
-
-    return deco
-
-
-def _load_builtin() -> None:
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
-
-
-def solvers() -> dict[str, SolverInfo]:
-    """All registered solvers by name, in registration order."""
-    _load_builtin()
-    return dict(_REGISTRY)
-
-
-def get_solver(method: str) -> SolverInfo:
-    """The solver called ``method``; :class:`InputError` listing the valid names otherwise."""
-    table = solvers()
-    if method not in table:
-        raise InputError(
-            f"unknown method {method!r} (valid methods: {', '.join(table)}; e.g. method='greedy')"
-        )
-    return table[method]
 
 
 def __getattr__(name: str) -> Any:  # METHODS is computed so late registrations are included
     if name == "METHODS":
         return tuple(solvers())
     raise AttributeError(name)
-
-
-def keep_better(problem: PlacementProblem, out: SolverOutput, start: np.ndarray) -> SolverOutput:
-    """``out`` with its assignment replaced by ``start`` when the start is strictly better.
-
-    Exact backends stopped by a time limit can return a worse incumbent than the hint they were
-    given (some ignore warm starts); their bound stays valid either way.
-    """
-    if out.assignment is None or objective(problem, start) < objective(problem, out.assignment):
-        return replace(
-            out,
-            assignment=np.asarray(start),
-            proved_optimal=False,
-            message=out.message + "; kept the better start",
-        )
-    return out
-
-
-def validate_options(info: SolverInfo, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Reject option keys the solver does not know, listing the valid ones, and values its
-    :class:`OptionKind` refuses; returns the options with those values converted."""
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(info.options))
-    if unknown:
-        valid = ", ".join(sorted(info.options)) or "none"
-        raise InputError(
-            f"method {info.name!r}: unknown option {unknown[0]!r} (valid options: {valid})"
-        )
-    for key, kind in info.kinds.items():
-        if key in options:
-            options[key] = kind.read(info.name, key, options[key])
-    return options
 
 
 def solve(
@@ -338,8 +116,6 @@ def solve(
             f"pip install 'tsched[{info.extra or 'all'}]'"
         )
 
-    from tsched.solvers.bounds import needs_assignment_solver
-
     if needs_assignment_solver(problem):
         import scipy.optimize  # noqa: F401  loading a module is not solving time
     start = time.perf_counter()
@@ -389,8 +165,6 @@ def solve(
     except InputError as exc:
         raise SolverError(f"method {used!r} returned an invalid assignment: {exc}") from exc
     value = objective(problem, assignment)
-    from tsched.solvers.bounds import best_bound
-
     if out.bound is not None and out.bound >= value - 1e-9 * max(1.0, abs(value)):
         bound, source = float(out.bound), used  # the solver proved it: no need to look further
     else:

@@ -30,10 +30,10 @@ import numpy as np
 
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem
+from tsched.solvers.base import Assignment, Count, SolverOutput, register
 from tsched.solvers.bounds import best_bound
 from tsched.solvers.faq import faq_best
 from tsched.solvers.greedy import SubProblem, construct_cluster, construct_dense, subproblem
-from tsched.solvers.registry import Assignment, Count, SolverOutput, register
 
 __all__ = ["tabu", "SubProblem", "subproblem", "run_chunks"]
 

@@ -1,0 +1,132 @@
+"""The nested bound: every level's cut at once, through one worker count per domain.
+
+A min-plus programme up the tree of domains.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from tsched.problem import PlacementProblem
+from tsched.solvers.bounds.basic import linear_floor
+from tsched.solvers.bounds.cuts import cut_levels, level_steps
+from tsched.solvers.bounds.densest import kept_table
+from tsched.solvers.bounds.packing import packing_weights
+from tsched.solvers.bounds.projection import projection_best
+
+__all__ = ["NESTED_WORK", "nested_bound"]
+
+
+#: Largest min-plus work (Σ over convolutions of their lengths' product) of the nested bound.
+NESTED_WORK = 100_000_000
+
+
+def nested_bound(problem: PlacementProblem) -> float | None:
+    """The hierarchical cut bound with the levels coupled: one worker count per domain, nested.
+
+    The per-level bounds (:func:`packing_bound`, :func:`partition_bound`) each choose the best
+    spread of the workers for their own level: all whole nodes for the node cut, the fewest
+    spine groups for the spine cut — even when no plan can do both (the whole nodes lie in
+    spine groups the spine cut would not use). Here every level's cut is bounded by a sum over
+    its domains of a function of the domain's worker count: ``W − Σ_P D[|P|]`` (densest
+    weights: :func:`packing_weights`, and :func:`densest_weights` where the partition bound
+    computed them) or a line-projection form of :func:`projection_cuts` (the best one for that
+    level alone). Every plan gives each domain a count, a child's count within its parent's,
+    so ``objective ≥ e_0·W + min Σ_ℓ step_ℓ · (const_ℓ + Σ_{P at ℓ} cost_ℓ[|P|])`` over all
+    nested counts that fit the free GPUs and sum to n: a dynamic programme up the tree of
+    domains (min-plus convolutions of the children's functions; domains with the same subtree
+    computed once). Every choice of form per level is tried and the largest bound kept.
+    None when fewer than two levels have a cut, or above :data:`NESTED_WORK`.
+    """
+    levels = cut_levels(problem)
+    if levels is None:
+        return None
+    e, sizes_by_level = levels
+    n = problem.n_workers
+    steps, kmax = level_steps(problem, e, sizes_by_level)
+    if np.count_nonzero(steps > 0) < 2:
+        return None  # one cut: the per-level bounds already see everything
+    cl = problem.cluster
+    assert cl is not None
+    free = np.bincount(cl.gpu_node[problem.locations], minlength=cl.n_nodes)
+    live = np.flatnonzero(free > 0)
+    chain = [live] + [cl.node_group[live, k].astype(np.int64) for k in range(len(steps) - 1)]
+    total = float(problem.gb.sum())
+    spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
+    weights = packing_weights(problem, kmax)[: kmax + 1]
+    densest = problem.peek("densest_weights")  # exact where the partition bound ran
+    if densest is not None and len(densest) > kmax:
+        weights = np.minimum(weights, densest[: kmax + 1])
+    projection = projection_best(problem, sizes_by_level, steps)
+    forms: list[list[tuple[np.ndarray, float]]] = []
+    for k, span in enumerate(spans):
+        if steps[k] <= 0:
+            forms.append([(np.zeros(span + 1), 0.0)])
+            continue
+        level = [(-np.minimum(kept_table(weights, span), total), total)]
+        if projection and projection[k][1] is not None:  # the form best for this level alone
+            level.append(projection[k][1])
+        forms.append(level)
+    best = None
+    for choice in itertools.product(*forms):
+        costs = [steps[k] * cost for k, (cost, _) in enumerate(choice)]
+        spent = _nested_min(chain, free[live], costs, n)
+        if spent is None:
+            return None
+        value = e[0] * total + sum(steps[k] * c for k, (_, c) in enumerate(choice)) + spent
+        best = value if best is None else max(best, value)
+    return None if best is None else best + linear_floor(problem)
+
+
+def _nested_min(
+    chain: list[np.ndarray], free: np.ndarray, costs: list[np.ndarray], n: int
+) -> float | None:
+    """``min Σ_ℓ Σ_{P at ℓ} costs[ℓ][|P|]`` over nested worker counts (node counts up to their
+    free GPUs, summing to n), bottom-up; None above :data:`NESTED_WORK`. ``chain[ℓ]``: each
+    live node's domain at level ℓ (``chain[0]``: the node itself)."""
+    work = 0
+
+    def minplus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        nonlocal work
+        if len(a) > len(b):
+            a, b = b, a
+        out = np.full(min(len(a) + len(b) - 1, n + 1), np.inf)
+        work += len(a) * len(b)
+        for i in range(min(len(a), n + 1)):
+            if np.isfinite(a[i]):
+                seg = min(len(b), n + 1 - i)
+                np.minimum(out[i : i + seg], a[i] + b[:seg], out=out[i : i + seg])
+        return out
+
+    cache: dict[Any, np.ndarray] = {}
+    current: dict[int, Any] = {}  # domain id at the level below → its subtree's signature
+    for node, f in zip(chain[0].tolist(), free.tolist(), strict=True):
+        key = ("node", int(f))
+        cache.setdefault(key, costs[0][: int(f) + 1].copy())
+        current[node] = key
+    for level in range(1, len(chain)):
+        children: dict[int, dict[int, Any]] = {}
+        for child, parent in zip(chain[level - 1].tolist(), chain[level].tolist(), strict=True):
+            children.setdefault(parent, {})[child] = current[child]
+        nxt = {}
+        for parent, kids in children.items():
+            key = (level, tuple(sorted(kids.values())))
+            if key not in cache:
+                acc = np.zeros(1)
+                for kid in kids.values():
+                    acc = minplus(acc, cache[kid])
+                    if work > NESTED_WORK:
+                        return None
+                span = min(len(acc), len(costs[level]))
+                cache[key] = acc[:span] + costs[level][:span]
+            nxt[parent] = key
+        current = nxt
+    acc = np.zeros(1)
+    for key in current.values():
+        acc = minplus(acc, cache[key])
+        if work > NESTED_WORK:
+            return None
+    return float(acc[n]) if len(acc) > n and np.isfinite(acc[n]) else None
