@@ -32,7 +32,7 @@ from tsched.agentic.engine import PRESETS as ENGINES
 from tsched.agentic.sim import METRICS
 from tsched.agentic.study import Cell, run_cells
 from tsched.agentic.workload import PRESETS as WORKLOADS
-from tsched.compare.study import ci95
+from tsched.stats import ci95
 
 REPLICAS = 2
 CAPACITY = 59_000

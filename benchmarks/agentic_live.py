@@ -47,7 +47,7 @@ from tsched.agentic.live import MockerReplicas
 from tsched.agentic.sim import simulate
 from tsched.agentic.workload import PRESETS as WORKLOADS
 from tsched.backends.dynamo import free_port
-from tsched.compare.study import ci95
+from tsched.stats import ci95
 
 CAPACITY = 59_000
 ARMS = ["dynamo-round-robin", "dynamo-kv", "dynamo-thunderagent", "round-robin", "thunderagent",

@@ -50,13 +50,12 @@ from tsched.compare.study import (
     RunSummary,
     at_load,
     buckets,
-    ci95,
     jitter_replica,
-    paired_ci95,
     replica,
     run_cells,
 )
 from tsched.compare.traces import load_trace
+from tsched.stats import ci95, paired_ci95
 
 TRACES = ROOT / "tests" / "data" / "traces"
 CLUSTERS = ROOT / "models" / "clusters"
@@ -417,7 +416,7 @@ def _paired(st, other, figure):
 
 
 def paired_text(ours, theirs) -> str:
-    """:func:`tsched.compare.study.paired_ci95` of two policies' figures by replica, as
+    """:func:`tsched.stats.paired_ci95` of two policies' figures by replica, as
     text: the difference as a share of ``theirs``, its interval, and what it says."""
     m, lo, hi, n = paired_ci95(ours, theirs)
     if n < 2:

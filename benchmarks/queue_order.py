@@ -43,7 +43,8 @@ from benchmarks.cluster_policies import (
 )
 from tsched.compare.policies import parse_policies
 from tsched.compare.simulator import SimConfig, simulate
-from tsched.compare.study import ci95, work_weighted_wait
+from tsched.compare.study import work_weighted_wait
+from tsched.stats import ci95
 
 PHILLY, DGX = STUDIES["philly"]
 POLLUX = STUDIES["pollux-6"][0]

@@ -42,7 +42,8 @@ from benchmarks.cluster_policies import (
 )
 from tsched.compare.policies import parse_policies
 from tsched.compare.simulator import SimConfig
-from tsched.compare.study import Cell, buckets, ci95, run_cells
+from tsched.compare.study import Cell, buckets, run_cells
+from tsched.stats import ci95
 
 SLACKS = (0.1, 0.25, 0.5, 1.0)
 RELAXED = ("best-fit", "fgd")  # the rules measured with each slack

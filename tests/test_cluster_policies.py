@@ -32,14 +32,13 @@ from tsched.compare.simulator import SimConfig, simulate
 from tsched.compare.study import (
     at_load,
     bucket_of,
-    ci95,
     offered_load,
-    paired_ci95,
     replica,
     window_load,
 )
 from tsched.compare.traces import TraceJob
 from tsched.errors import InputError
+from tsched.stats import ci95, paired_ci95
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 FLAT = {"x": AppModel("x", 1.0, 0.0, 0.0)}  # no communication: run time = duration

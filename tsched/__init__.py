@@ -13,15 +13,11 @@ True
 
 from __future__ import annotations
 
-import time
+from tsched._clock import STARTED as STARTED  # first: the start-up time counts from here
 
-#: When tsched was first imported, before its own imports (the CLI's default budget counts
-#: from here: start-up and reading a large file are part of the command's time).
-STARTED = time.perf_counter()
+__version__ = "0.1.0"
 
-import os
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from tsched import presets
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
@@ -35,12 +31,14 @@ from tsched.errors import (
 from tsched.formats.cluster_yaml import read_cluster, write_cluster
 from tsched.formats.workload_yaml import read_workload, write_workload
 from tsched.plan import STATUSES, PlacementResult, Plan, read_plan, write_plan
+from tsched.presets import load_cluster, load_workload
 from tsched.problem import PlacementProblem, cost_by_link, objective
 from tsched.solvers.registry import get_solver, solve
 from tsched.solvers.registry import solvers as methods
 from tsched.workload import Layout, ModelSpec, Workload
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "Cluster",
@@ -77,36 +75,6 @@ __all__ = [
 ]
 
 
-def load_cluster(source: str | os.PathLike[str]) -> Cluster:
-    """A cluster from a ``cluster/v1`` file, or a preset name (see ``tsched presets``)."""
-    text = str(source)
-    if text in presets.CLUSTERS and not os.path.exists(text):
-        return presets.cluster(text)
-    _name_or_file(text, "cluster", presets.CLUSTERS)
-    return read_cluster(source)
-
-
-def load_workload(source: str | os.PathLike[str]) -> Workload:
-    """A workload from a ``workload/v1`` file, or a preset name (see ``tsched presets``)."""
-    text = str(source)
-    if text in presets.WORKLOADS and not os.path.exists(text):
-        return presets.workload(text)
-    _name_or_file(text, "workload", presets.WORKLOADS)
-    return read_workload(source)
-
-
-def _name_or_file(text: str, kind: str, names: dict[str, str]) -> None:
-    """An error for a bare name (no folder, no suffix) that is neither a file nor a preset,
-    listing the presets: ``gb200-nvl72-4rack`` is a file of the repository's ``models/``, not a
-    preset, and "file not found" alone does not say so."""
-    bare = os.sep not in text and "/" not in text and not os.path.splitext(text)[1]
-    if bare and text and not os.path.exists(text):
-        raise InputError(
-            f"{text}: no {kind} file of that name, and no {kind} preset either (presets: "
-            f"{', '.join(names)}; a file is given by its path, e.g. models/{kind}s/NAME.yaml)"
-        )
-
-
 def solve_qap(
     flow: np.ndarray,
     distance: np.ndarray,
@@ -131,3 +99,8 @@ def solve_qap(
     """
     problem = PlacementProblem.from_qap(flow, distance, name=name)
     return solve(problem, method=method, time_limit=time_limit, seed=seed, options=options)
+
+
+def __dir__() -> list[str]:
+    """The public API (``dir(tsched)``), not the helpers the package imports."""
+    return sorted([*__all__, "STARTED", "__version__"])

@@ -214,7 +214,7 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "plan") -> Plan:
-        from tsched.formats._check import Checker, join
+        from tsched.formats.check import Checker, join
 
         ck = Checker(source)
         doc = ck.mapping(

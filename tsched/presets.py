@@ -1,4 +1,6 @@
-"""Built-in clusters and workloads: the embedded defaults of ``tsched solve``.
+"""Built-in clusters and workloads (the embedded defaults of ``tsched solve``), and the loaders
+that take a preset name or a file: :func:`load_cluster`, :func:`load_workload`,
+:func:`load_any_cluster`.
 
 Presets are written in the same ``cluster/v1`` and ``workload/v1`` YAML as model files and go
 through the same readers, so they double as format examples. Link figures are vendors' advertised
@@ -8,13 +10,26 @@ per GPU → 50 GB/s).
 
 from __future__ import annotations
 
+import os
+
 from tsched.cluster import Cluster
 from tsched.errors import InputError
-from tsched.formats.cluster_yaml import parse_cluster_text
-from tsched.formats.workload_yaml import parse_workload_text
+from tsched.formats.cluster_yaml import parse_cluster_text, read_cluster
+from tsched.formats.detect import Hardware, read_any_cluster
+from tsched.formats.workload_yaml import parse_workload_text, read_workload
 from tsched.workload import Workload
 
-__all__ = ["DEFAULT_CLUSTER", "DEFAULT_WORKLOAD", "CLUSTERS", "WORKLOADS", "cluster", "workload"]
+__all__ = [
+    "DEFAULT_CLUSTER",
+    "DEFAULT_WORKLOAD",
+    "CLUSTERS",
+    "WORKLOADS",
+    "cluster",
+    "workload",
+    "load_cluster",
+    "load_workload",
+    "load_any_cluster",
+]
 
 DEFAULT_CLUSTER = "dgx-h100-4node"
 DEFAULT_WORKLOAD = "llama3-8b-tp4-pp2-dp2"
@@ -165,3 +180,57 @@ def description(text: str) -> str:
         if line.startswith("description:"):
             return line.split(":", 1)[1].strip()
     return ""
+
+
+def load_cluster(source: str | os.PathLike[str]) -> Cluster:
+    """A cluster from a ``cluster/v1`` file, or a preset name (see ``tsched presets``).
+
+    Examples
+    --------
+    >>> import tsched
+    >>> cluster = tsched.load_cluster("dgx-h100-4node")
+    >>> cluster.n_gpus, int(cluster.busy_mask.sum())
+    (32, 2)
+    """
+    text = str(source)
+    if text in CLUSTERS and not os.path.exists(text):
+        return cluster(text)
+    _name_or_file(text, "cluster", CLUSTERS)
+    return read_cluster(source)
+
+
+def load_workload(source: str | os.PathLike[str]) -> Workload:
+    """A workload from a ``workload/v1`` file, or a preset name (see ``tsched presets``).
+
+    Examples
+    --------
+    >>> import tsched
+    >>> workload = tsched.load_workload("llama3-8b-tp4-pp2-dp2")
+    >>> workload.workers, workload.layout.tp, workload.layout.pp, workload.layout.dp
+    (16, 4, 2, 2)
+    """
+    text = str(source)
+    if text in WORKLOADS and not os.path.exists(text):
+        return workload(text)
+    _name_or_file(text, "workload", WORKLOADS)
+    return read_workload(source)
+
+
+def load_any_cluster(source: str | os.PathLike[str], hardware: Hardware | None = None) -> Cluster:
+    """A cluster from a preset name or a file in any topology format tsched reads
+    (:func:`tsched.formats.detect.read_any_cluster`; ``hardware`` for formats without GPUs)."""
+    if not os.path.exists(str(source)):
+        return load_cluster(source)  # a preset name, or a clear "not found"
+    return read_any_cluster(source, hardware)
+
+
+def _name_or_file(text: str, kind: str, names: dict[str, str]) -> None:
+    """An error for a bare name (no folder, no suffix) that is neither a file nor a preset,
+    listing the presets: ``gb200-nvl72-4rack`` is a file of the repository's ``models/``, not a
+    preset, and "file not found" alone does not say so."""
+    bare = os.sep not in text and "/" not in text and not os.path.splitext(text)[1]
+    if bare and text and not os.path.exists(text):
+        raise InputError(
+            f"{text}: no {kind} file of that name, and no {kind} preset either (presets: "
+            f"{', '.join(names)}; a file is given by its path, e.g. models/{kind}s/NAME.yaml)"
+        )

@@ -32,7 +32,7 @@ from typing import Any
 
 from tsched._io import load_preset_or_file
 from tsched.errors import InputError
-from tsched.formats._check import Checker
+from tsched.formats.check import Checker
 
 __all__ = [
     "FORMAT",

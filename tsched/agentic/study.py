@@ -30,7 +30,7 @@ from tsched.agentic.core import SchedulerConfig
 from tsched.agentic.engine import EngineProfile
 from tsched.agentic.sim import METRICS, RECORD_FIELDS, SimResult, simulate
 from tsched.agentic.workload import AgenticWorkload
-from tsched.compare.study import ci95
+from tsched.stats import ci95
 
 __all__ = ["PLOTS", "Cell", "run_cells", "summarize", "write_outputs"]
 

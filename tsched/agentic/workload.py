@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tsched._io import load_preset_or_file
-from tsched.formats._check import Checker
+from tsched.formats.check import Checker
 
 __all__ = [
     "DISTRIBUTIONS",

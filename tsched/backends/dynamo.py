@@ -124,8 +124,8 @@ class DynamoSpec:
 
 def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
     """Validate a ``dynamo/v1`` document; errors name the field."""
-    from tsched.formats._check import Checker
-    from tsched.formats.workload_yaml import _serving
+    from tsched.formats.check import Checker
+    from tsched.formats.workload_yaml import serving_spec
     from tsched.workload import ModelSpec
 
     ck = Checker(source)
@@ -157,7 +157,7 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
     env = ck.mapping(doc.get("env", {}), "env", free_keys=True)
     from tsched.backends.guardian import RESTART_POLICIES
 
-    serving = _serving(ck, doc["serving"])
+    serving = serving_spec(ck, doc["serving"])
     router = _router(ck, doc.get("router", "frontend"), engine, tuple(str(a) for a in args))
     if router is not None and serving.prefill is not None:
         raise ck.fail("router", "tsched routes aggregated services only (decode replicas, no "

@@ -26,6 +26,7 @@ __all__ = [
     "integer",
     "number",
     "MAX_SEEDS",
+    "progress",
 ]
 
 #: Most seeds (replicas) a comparison may ask for in one command.
@@ -144,4 +145,20 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
         "--cluster",
         default=presets.DEFAULT_CLUSTER,
         help=f"cluster/v1 file or preset (default: {presets.DEFAULT_CLUSTER})",
+    )
+
+
+def progress(quiet: bool) -> Any:
+    """A rich progress bar on stderr (bar, done of total, time), silent with ``quiet``, gone
+    when it ends."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True, quiet=quiet),
+        transient=True,
     )

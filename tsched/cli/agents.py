@@ -50,7 +50,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from tsched.agentic.engine import load_engine_profile
     from tsched.agentic.study import Cell, run_cells, summarize, write_outputs
     from tsched.agentic.workload import load_agentic_workload
-    from tsched.cli.compare import _progress
+    from tsched.cli._common import progress
 
     workload = load_agentic_workload(args.workload)
     profile = load_engine_profile(args.engine)
@@ -88,7 +88,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         for seed in range(args.seeds)
     ]
     quiet = args.quiet or args.json
-    with _progress(quiet) as bar:
+    with progress(quiet) as bar:
         task = bar.add_task("simulating", total=len(cells))
         results = run_cells(cells, use_ray=args.ray, progress=lambda c, r: bar.advance(task))
     summary = summarize(cells, results, headline=workload.concurrency)
@@ -187,7 +187,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from tsched.agentic.bench import run_bench
     from tsched.agentic.study import summarize, write_outputs
     from tsched.agentic.workload import load_agentic_workload
-    from tsched.cli.compare import _progress
+    from tsched.cli._common import progress
 
     workload = load_agentic_workload(args.workload)
     if args.concurrency is not None:
@@ -214,7 +214,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise InputError("--target: two arms have the same name")
     cells, results = [], []
     quiet = args.quiet or args.json
-    with _progress(quiet) as bar:
+    with progress(quiet) as bar:
         task = bar.add_task("benchmarking", total=len(arms) * args.seeds)
         for seed in range(args.seeds):
             for name, url in arms:  # arms interleaved per seed: drift hits all alike

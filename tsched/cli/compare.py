@@ -7,24 +7,10 @@ import argparse
 import json
 from typing import Any
 
-from tsched.cli._common import MAX_SEEDS, integer, number
+from tsched.cli._common import MAX_SEEDS, integer, number, progress
 from tsched.errors import InputError
 
 __all__ = ["add_parsers"]
-
-
-def _progress(quiet: bool) -> Any:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True, quiet=quiet),
-        transient=True,
-    )
 
 
 def _budgets(text: str | None) -> dict[str, float]:
@@ -45,17 +31,17 @@ def _budgets(text: str | None) -> dict[str, float]:
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.action == "calibrate":
         return cmd_calibrate(args)
-    import tsched
     from tsched.compare.calibrate import load_jobmodel
     from tsched.compare.policies import parse_policies
     from tsched.compare.report import write_report
     from tsched.compare.simulator import SimConfig, representative_jobs
     from tsched.compare.traces import load_trace, parse_mapping
+    from tsched.presets import load_cluster
 
     for flag in ("trace", "policies", "cluster", "out"):
         if not getattr(args, flag):
             raise InputError(f"tsched compare: --{flag} is required")
-    cluster = tsched.load_cluster(args.cluster)
+    cluster = load_cluster(args.cluster)
     usable = int((~cluster.busy_mask).sum())
     jobs = load_trace(
         args.trace,
@@ -124,7 +110,7 @@ def _simulate(
 ) -> list[Any]:  # fmt: skip
     from tsched.compare.policies import sweep
 
-    with _progress(quiet) as bar:
+    with progress(quiet) as bar:
         runs = len(configs) * args.seeds
         task = bar.add_task(f"{runs} runs", total=runs)
         jobs_task = bar.add_task(f"{len(jobs)} jobs", total=len(jobs), visible=not args.ray)
@@ -171,18 +157,18 @@ def _live(
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    import tsched
     from tsched.compare.calibrate import (
         calibrate,
         load_jobmodel,
         read_placements,
         write_calibration,
     )
+    from tsched.presets import load_cluster
 
     for flag in ("placements", "cluster", "out"):
         if not getattr(args, flag):
             raise InputError(f"tsched compare calibrate: --{flag} is required")
-    cluster = tsched.load_cluster(args.cluster)
+    cluster = load_cluster(args.cluster)
     rows = read_placements(args.placements)
     collective = load_jobmodel(args.jobmodel)[0] if args.jobmodel else None
     if args.network == "fixed" and collective is None:
@@ -191,7 +177,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         collective = default_apps()[0]
     quiet = args.quiet or args.json
     apps = sorted({r.application for r in rows})
-    with _progress(quiet) as bar:
+    with progress(quiet) as bar:
         task = bar.add_task("calibrating", total=len(apps))
         predictions, summary = calibrate(
             rows,

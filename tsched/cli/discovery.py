@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 from tsched.cli._common import integer, number
@@ -29,15 +27,11 @@ CONVERT_FORMATS = (
 )
 
 
-def _node_type(args: argparse.Namespace) -> tuple[Any, Any]:
-    from tsched.formats.topology import default_node_type
+def _hardware(args: argparse.Namespace) -> Any:
+    """The node hardware the command line describes (``--gpus`` … ``--host``)."""
+    from tsched.formats.detect import Hardware
 
-    node_type, link = default_node_type(args.gpus, args.gpu_model, args.intra_gbps)
-    if args.memory_gb:
-        from dataclasses import replace
-
-        node_type = replace(node_type, memory_gb=args.memory_gb)
-    return node_type, link
+    return Hardware(args.gpus, args.gpu_model, args.memory_gb or 0.0, args.intra_gbps, args.host)
 
 
 def _stderr(args: argparse.Namespace, text: str) -> None:
@@ -46,65 +40,12 @@ def _stderr(args: argparse.Namespace, text: str) -> None:
 
 
 # ---------------------------------------------------------------------- inputs
-def read_any_cluster(path: str, args: argparse.Namespace) -> Any:
-    """A cluster from any format tsched reads: cluster/v1 YAML or a preset, Slurm
-    topology.conf, a Topograph model, ``kubectl get nodes -o json``, or nvidia-smi output."""
-    import tsched
-    from tsched.formats import slurm, topograph
-    from tsched.formats.topology import cluster_from_tree
+def read_any_cluster(source: str, args: argparse.Namespace) -> Any:
+    """A cluster from a preset name or a file in any format tsched reads, with the command
+    line's node hardware for formats that describe no GPUs."""
+    from tsched.presets import load_any_cluster
 
-    p = Path(path)
-    if not p.exists():
-        return tsched.load_cluster(path)  # a preset name, or a clear "not found"
-    if p.is_dir():
-        raise InputError(f"{p}: expected a topology file, found a folder")
-    name = p.stem
-    node_type, link = _node_type(args)
-    if p.suffix == ".json":
-        return topograph.read_nodes_json(p, node_type, link)
-    text = p.read_text(encoding="utf-8", errors="replace")
-    if "tsched: cluster/v1" in text:
-        return tsched.read_cluster(p)
-    if re.search(r"^\s*(SwitchName|BlockName)\s*=", text, re.MULTILINE | re.IGNORECASE):
-        kind, topo = slurm.read_topology_conf(p)
-        if kind == "block":
-            return slurm.cluster_from_blocks(topo, name, str(p), node_type, link)
-        return cluster_from_tree(topo, name, str(p), node_type, link)
-    if "GPU0" in text and ("NV" in text or "PIX" in text or "SYS" in text):
-        from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo
-
-        return cluster_from_topo(parse_topo(text, str(p)), args.host or name, args.gpu_model)
-    if p.suffix in (".yaml", ".yml") and topograph.is_node_list(text):
-        return topograph.read_nodes_json(p, node_type, link)
-    if "blocks:" in text:
-        return cluster_from_tree(topograph.read_model(p), name, str(p), node_type, link)
-    raise InputError(
-        f"{p}: not a format tsched reads (cluster/v1 YAML, Slurm topology.conf, Topograph model "
-        "YAML, kubectl nodes JSON, nvidia-smi topo -m output)"
-    )
-
-
-def _import(source: str, path: str, args: argparse.Namespace) -> Any:
-    """The reader ``source`` names, and only that one (a wrong file is an error, not a guess)."""
-    from tsched._io import read_text
-    from tsched.formats import slurm, topograph
-    from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo
-    from tsched.formats.topology import cluster_from_tree
-
-    p = Path(path)
-    if source == "nvidia-smi":
-        text = read_text(p, "nvidia-smi topo -m output")
-        return cluster_from_topo(parse_topo(text, str(p)), args.host or p.stem, args.gpu_model,
-                                 args.memory_gb)  # fmt: skip
-    node_type, link = _node_type(args)
-    if source == "topograph":
-        if p.suffix == ".json" or topograph.is_node_list(read_text(p, "Topograph file")):
-            return topograph.read_nodes_json(p, node_type, link)
-        return cluster_from_tree(topograph.read_model(p), p.stem, str(p), node_type, link)
-    kind, topo = slurm.read_topology_conf(p)
-    if kind == "block":
-        return slurm.cluster_from_blocks(topo, p.stem, str(p), node_type, link)
-    return cluster_from_tree(topo, p.stem, str(p), node_type, link)
+    return load_any_cluster(source, _hardware(args))
 
 
 # ---------------------------------------------------------------------- inventory
@@ -127,7 +68,7 @@ def _local(args: argparse.Namespace) -> Any:
         record = nvml.collect()
         from tsched.discovery.nvml import topo_from_record
 
-        gpus = record["gpus"]
+        gpus = record.gpus
         return cluster_from_topo(topo_from_record(record), host, gpus[0]["name"],
                                  float(gpus[0]["memory_gb"]), nvml.gpu_uuids(record))  # fmt: skip
     except DiscoveryError as exc:
@@ -198,9 +139,8 @@ def _ray(args: argparse.Namespace) -> Any:
 
 
 def cmd_inventory(args: argparse.Namespace) -> int:
-    import tsched
     from tsched._io import dump_yaml
-    from tsched.formats.cluster_yaml import cluster_to_dict
+    from tsched.formats.cluster_yaml import cluster_to_dict, write_cluster
 
     if args.source == "local":
         cluster = _local(args)
@@ -209,10 +149,12 @@ def cmd_inventory(args: argparse.Namespace) -> int:
     else:
         if not args.file:
             raise InputError(f"tsched inventory {args.source}: FILE is required")
-        cluster = _import(args.source, args.file, args)
+        from tsched.formats.detect import read_topology
+
+        cluster = read_topology(args.source, args.file, _hardware(args))
     cluster = _apply_nccl(cluster, args)
     if args.output:
-        tsched.write_cluster(cluster, args.output)
+        write_cluster(cluster, args.output)
         _stderr(args, f"{cluster.describe()}\ncluster written to {args.output}")
     elif args.json:
         print(json.dumps(cluster_to_dict(cluster)))
@@ -297,35 +239,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- parsers
-#: Node hardware assumed for formats that do not describe GPUs (``_hardware_args``' defaults).
-HARDWARE_DEFAULTS = {"gpus": 8, "gpu_model": "H100", "memory_gb": 0.0, "intra_gbps": 450.0,
-                     "host": None}  # fmt: skip
-
-
-def default_hardware() -> argparse.Namespace:
-    """The hardware arguments as ``_hardware_args`` defaults them (for :func:`read_any_cluster`
-    called by a command without those flags)."""
-    return argparse.Namespace(**HARDWARE_DEFAULTS)
-
-
 def _hardware_args(p: argparse.ArgumentParser) -> None:
-    d = HARDWARE_DEFAULTS
+    from tsched.formats.detect import Hardware
+
+    d = Hardware()  # what formats that describe no GPUs assume
     g = p.add_argument_group("node hardware (formats that do not describe GPUs)")
     g.add_argument(
         "--gpus",
         type=integer(1, MAX_NODE_GPUS),
-        default=d["gpus"],
-        help=f"GPUs per node (default {d['gpus']})",
+        default=d.gpus,
+        help=f"GPUs per node (default {d.gpus})",
     )
+    g.add_argument("--gpu-model", default=d.gpu_model, help=f"GPU model (default {d.gpu_model})")
     g.add_argument(
-        "--gpu-model", default=d["gpu_model"], help=f"GPU model (default {d['gpu_model']})"
+        "--memory-gb", type=number(minimum=0.0), default=d.memory_gb, help="memory per GPU"
     )
-    g.add_argument(
-        "--memory-gb", type=number(minimum=0.0), default=d["memory_gb"], help="memory per GPU"
-    )
-    g.add_argument("--intra-gbps", type=number(positive=True), default=d["intra_gbps"],
-                   help=f"intra-node GB/s per direction ({d['intra_gbps']:g})")  # fmt: skip
-    g.add_argument("--host", default=d["host"], help="node name (nvidia-smi, local)")
+    g.add_argument("--intra-gbps", type=number(positive=True), default=d.intra_gbps,
+                   help=f"intra-node GB/s per direction ({d.intra_gbps:g})")  # fmt: skip
+    g.add_argument("--host", default=d.host, help="node name (nvidia-smi, local)")
 
 
 def add_parsers(sub: Any) -> None:

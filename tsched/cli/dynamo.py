@@ -13,9 +13,11 @@ __all__ = ["add_parsers"]
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    import tsched
     from tsched.backends.dynamo import read_spec, service_workload, up
     from tsched.plan import read_plan
+    from tsched.presets import load_cluster
+    from tsched.problem import PlacementProblem
+    from tsched.solvers.registry import solve
 
     spec = read_spec(args.spec)
     if not args.plan and not args.cluster and args.address is None:
@@ -27,10 +29,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.plan:
         plan = read_plan(args.plan)
     elif args.cluster:
-        problem = tsched.PlacementProblem.build(
-            tsched.load_cluster(args.cluster), service_workload(spec)
-        )
-        result = tsched.solve(problem, method=args.method, time_limit=args.time_limit, seed=0)
+        problem = PlacementProblem.build(load_cluster(args.cluster), service_workload(spec))
+        result = solve(problem, method=args.method, time_limit=args.time_limit, seed=0)
         if result.assignment is None:
             raise InputError(f"no placement for {spec.name!r}: {result.message}")
         plan = result.plan()

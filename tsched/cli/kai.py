@@ -13,12 +13,12 @@ __all__ = ["add_parsers"]
 
 
 def _objects(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Any]:
-    import tsched
     from tsched.backends.kai import DEFAULT_IMAGE, kai_manifests, validate_objects
     from tsched.plan import read_plan
+    from tsched.presets import load_cluster
 
     plan = read_plan(args.plan)
-    cluster = tsched.load_cluster(args.cluster) if args.cluster else None
+    cluster = load_cluster(args.cluster) if args.cluster else None
     objects = kai_manifests(
         plan,
         cluster,

@@ -19,10 +19,10 @@ __all__ = ["add_parsers"]
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    import tsched
     from tsched.backends import sandbox
+    from tsched.presets import load_cluster
 
-    cluster = tsched.load_cluster(args.cluster)
+    cluster = load_cluster(args.cluster)
     err = stderr_console(args.quiet or args.json)
     with err.status(f"starting a sandbox of {cluster.name}…") as shown:
 
@@ -64,12 +64,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"sandbox of {state['cluster']} is not answering at {state['address']} "
               f"(tsched sandbox down clears it)")  # fmt: skip
     else:
-        import tsched
+        from tsched.presets import load_cluster
 
         alive = sum(1 for n in state["nodes"] if n["alive"])
         print(f"sandbox of {state['cluster']} at {state['address']}: "
               f"{alive}/{len(state['nodes'])} nodes alive, since {state['started']}")  # fmt: skip
-        _print_nodes(tsched.load_cluster(state["cluster_file"]), state)
+        _print_nodes(load_cluster(state["cluster_file"]), state)
         print(f"placement groups {state['placement_groups']}, "
               f"named actors {state['named_actors']}")  # fmt: skip
     healthy = state is not None and state["up"] and all(n["alive"] for n in state["nodes"])
@@ -95,10 +95,10 @@ def cmd_down(args: argparse.Namespace) -> int:
 def cmd_start_flags(args: argparse.Namespace) -> int:
     import shlex
 
-    import tsched
     from tsched.backends.ray import ray_start_lines
+    from tsched.presets import load_cluster
 
-    cluster = tsched.load_cluster(args.cluster)
+    cluster = load_cluster(args.cluster)
     lines = ray_start_lines(cluster, args.node or None, args.head)
     if args.json:
         print(json.dumps([{"node": n, "argv": shlex.split(line), "line": line}

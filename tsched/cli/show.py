@@ -14,8 +14,8 @@ __all__ = ["add_parsers", "load_plan_models"]
 def load_plan_models(plan: Any, cluster: str | None, workload: str | None) -> tuple[Any, Any]:
     """The cluster and workload to draw a plan with: the given files or presets, else the
     presets the plan names (a workload that cannot be found is left out: no traffic drawn)."""
-    import tsched
     from tsched import presets
+    from tsched.presets import load_cluster, load_workload
 
     if cluster is None:
         if plan.cluster not in presets.CLUSTERS:
@@ -26,7 +26,7 @@ def load_plan_models(plan: Any, cluster: str | None, workload: str | None) -> tu
         cluster = plan.cluster
     if workload is None and plan.workload in presets.WORKLOADS:
         workload = plan.workload
-    return tsched.load_cluster(cluster), (tsched.load_workload(workload) if workload else None)
+    return load_cluster(cluster), (load_workload(workload) if workload else None)
 
 
 def cmd_show(args: argparse.Namespace) -> int:

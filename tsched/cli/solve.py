@@ -34,12 +34,12 @@ def _budget(args: argparse.Namespace) -> float | None:
     reserve (the whole command within the default); otherwise none."""
     import time
 
-    import tsched
+    from tsched._clock import STARTED
     from tsched.solvers.auto import DEFAULT_TIME_LIMIT
 
     if args.time_limit is not None or args.method != "auto":
         return args.time_limit
-    spent = time.perf_counter() - tsched.STARTED
+    spent = time.perf_counter() - STARTED
     return round(max(1.0, DEFAULT_TIME_LIMIT - spent - OUTPUT_RESERVE), 2)
 
 
@@ -61,17 +61,17 @@ def _solve_and_report(problem: Any, args: argparse.Namespace, limit: float | Non
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    import tsched
     from tsched.plan import plan_table, write_plan
-    from tsched.problem import GPU_COSTS_KEY
+    from tsched.presets import load_cluster, load_workload
+    from tsched.problem import GPU_COSTS_KEY, PlacementProblem
 
-    cluster = tsched.load_cluster(args.cluster)
+    cluster = load_cluster(args.cluster)
     if args.max_age is not None:
         from tsched.formats.nccl_tests import check_fresh
 
         check_fresh(cluster, args.max_age * 3600.0)
-    workload = tsched.load_workload(args.workload)
-    problem = tsched.PlacementProblem.build(cluster, workload)
+    workload = load_workload(args.workload)
+    problem = PlacementProblem.build(cluster, workload)
     limit = _budget(args)
     result = _solve_and_report(problem, args, limit)
     plan = result.plan()
@@ -162,10 +162,10 @@ def live_validation(plan: Any, against: str) -> dict[str, Any]:
     """
     path = Path(against)
     if path.exists() or not _RAY_ADDRESS.match(against):
-        from tsched.cli.discovery import default_hardware, read_any_cluster
         from tsched.plan import validate_plan
+        from tsched.presets import load_any_cluster
 
-        current = read_any_cluster(against, default_hardware())
+        current = load_any_cluster(against)
         drift = validate_plan(plan, current)
         problems = [f"worker {d.worker} on {d.node} GPU {d.gpu}: {d.reason}" for d in drift]
         return {"ran": True, "against": f"{against} ({current.name})", "valid": not drift,

@@ -182,8 +182,9 @@ def replay(
     """
     import sys
 
-    import tsched
     from tsched.backends.ray import run
+    from tsched.problem import PlacementProblem
+    from tsched.solvers.registry import solve
 
     records = []
     order = sorted(jobs, key=lambda j: (j.submit, j.name))
@@ -193,8 +194,8 @@ def replay(
             now = time.monotonic() - t0
             if now < job.submit:
                 time.sleep(job.submit - now)
-            problem = tsched.PlacementProblem.build(cluster, job.workload)
-            result = tsched.solve(problem, method=policy, seed=seed)
+            problem = PlacementProblem.build(cluster, job.workload)
+            result = solve(problem, method=policy, seed=seed)
             if result.assignment is None:
                 raise ExecutorError(f"policy {policy!r} found no placement for job {job.name!r}")
             plan = result.plan()

@@ -671,10 +671,10 @@ class _Placer:
     def _solve(
         self, job: TraceJob, n: int, locations: np.ndarray
     ) -> tuple[np.ndarray, float] | None:
-        import tsched
+        from tsched.solvers.registry import solve
 
         problem = self.ring_problem(job, locations)
-        result = tsched.solve(
+        result = solve(
             problem,
             method=self.config.policy,
             time_limit=self.config.time_limit,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -39,6 +39,7 @@ from tsched.cluster import Cluster
 from tsched.compare.simulator import SimConfig, SimResult, simulate
 from tsched.compare.traces import TraceJob
 from tsched.errors import InputError
+from tsched.stats import ci95
 
 __all__ = [
     "DAY",
@@ -247,25 +248,6 @@ def bucket_of(gpus: np.ndarray, gpus_per_node: int) -> np.ndarray:
     return np.select([g == 1, g < gpus_per_node, g == gpus_per_node], [0, 1, 2], 3)
 
 
-def ci95(values: Sequence[float]) -> tuple[float, float, float]:
-    """Mean and Student-t 95 % confidence interval of the mean of ``values``.
-
-    One value has no interval (it is returned as its own bounds).
-
-    >>> m, lo, hi = ci95([1.0, 2.0, 3.0])
-    >>> m, round(lo, 4), round(hi, 4)
-    (2.0, -0.4841, 4.4841)
-    """
-    from scipy import stats
-
-    x = np.asarray(values, dtype=np.float64)
-    m = float(x.mean())
-    if len(x) < 2:
-        return m, m, m
-    half = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return m, m - half, m + half
-
-
 def work_weighted_wait(
     gpus: Sequence[float], durations: Sequence[float], waits: Sequence[float]
 ) -> float:
@@ -288,29 +270,6 @@ def work_weighted_wait(
     if total <= 0:
         return math.nan
     return float((g * np.asarray(waits, dtype=np.float64)).sum() / total)
-
-
-def paired_ci95(
-    ours: Mapping[Any, float], theirs: Mapping[Any, float]
-) -> tuple[float, float, float, int]:
-    """Mean and Student-t 95 % interval of ``ours − theirs`` over the keys both have (the
-    replicas both policies replayed), as a share of ``theirs``' mean over those keys, and the
-    number of pairs.
-
-    Every policy replays the same replicas (common random numbers), so the difference of a pair
-    is free of the spread between replicas that widens each policy's own interval; the paired
-    interval is the one to read when the two intervals overlap. No pair gives NaN.
-
-    >>> m, lo, hi, n = paired_ci95({0: 9.0, 1: 10.0, 2: 11.5}, {0: 10.0, 1: 11.0, 2: 12.0})
-    >>> round(m, 4), round(lo, 4), round(hi, 4), n
-    (-0.0758, -0.1409, -0.0106, 3)
-    """
-    keys = sorted(set(ours) & set(theirs), key=str)
-    if not keys:
-        return math.nan, math.nan, math.nan, 0
-    base = float(np.mean([theirs[k] for k in keys]))
-    m, lo, hi = ci95([ours[k] - theirs[k] for k in keys])
-    return m / base, lo / base, hi / base, len(keys)
 
 
 @dataclass
@@ -443,9 +402,9 @@ class Cell:
 
 @functools.cache
 def _load_cluster(path: str) -> Cluster:
-    import tsched
+    from tsched.presets import load_cluster
 
-    return tsched.load_cluster(path)
+    return load_cluster(path)
 
 
 def _run_cell(jobs: Sequence[TraceJob], cluster: Cluster | str, cell: Cell) -> RunSummary:

@@ -23,7 +23,7 @@ from typing import Any
 
 from tsched._io import atomic_write_text, dump_yaml, load_yaml_text, read_text
 from tsched.cluster import MAX_CLUSTER_GPUS, Cluster, LinkClass, Node, NodeType
-from tsched.formats._check import Checker, join
+from tsched.formats.check import Checker, join
 
 __all__ = [
     "CLUSTER_VERSION",

@@ -34,7 +34,7 @@ import numpy as np
 
 from tsched._io import atomic_write_text, dump_yaml, load_yaml_text, read_text
 from tsched.errors import InputError
-from tsched.formats._check import Checker, join
+from tsched.formats.check import Checker, join
 from tsched.workload import (
     DEFAULT_ORDER,
     MAX_TRAFFIC_GB,
@@ -54,6 +54,7 @@ __all__ = [
     "read_workload",
     "write_workload",
     "parse_workload_text",
+    "serving_spec",
 ]
 
 WORKLOAD_VERSION = "workload/v1"
@@ -230,7 +231,7 @@ def workload_from_dict(data: Any, source: str = "workload", base: Path | None = 
         try:
             if kind == "layout":
                 return Workload.from_layout(name, _layout(ck, doc["layout"]), model, **extra)
-            return Workload.from_serving(name, _serving(ck, doc["serving"]), model, **extra)
+            return Workload.from_serving(name, serving_spec(ck, doc["serving"]), model, **extra)
         except InputError as exc:
             if str(exc).startswith(source):
                 raise
@@ -367,7 +368,7 @@ def _model(ck: Checker, value: Any) -> ModelSpec:
     return ModelSpec(**ints, **floats)
 
 
-def _serving(ck: Checker, value: Any) -> ServingSpec:
+def serving_spec(ck: Checker, value: Any) -> ServingSpec:
     doc = ck.mapping(
         value,
         "serving",
