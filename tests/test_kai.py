@@ -23,12 +23,12 @@ from tsched.backends.kai import (  # noqa: E402
     PLAN_LABEL,
     SUBGROUP_LABEL,
     KaiClient,
-    _pod_node,
     kai_manifests,
     queue_object,
     topology_constraint,
     validate_objects,
 )
+from tsched.backends.kai.client import _pod_node  # noqa: E402
 from tsched.cli import main  # noqa: E402
 from tsched.errors import ExecutorError, InputError  # noqa: E402
 from tsched.formats.topograph import labels_from_cluster  # noqa: E402

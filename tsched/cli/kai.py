@@ -71,9 +71,9 @@ def _api_errors(func: Any) -> Any:
         try:
             return int(func(args))
         except ApiException as exc:
-            from tsched.backends.kai import _reason
+            from tsched.backends.kai import api_reason
 
-            raise ExecutorError(f"Kubernetes API: {_reason(exc)}") from None
+            raise ExecutorError(f"Kubernetes API: {api_reason(exc)}") from None
         except HTTPError as exc:
             raise ExecutorError(f"cannot reach the Kubernetes API: {exc}") from None
 
