@@ -715,9 +715,9 @@ def test_backend_pins_parse_and_a_frontend_without_workers_is_named(capsys):
 
 
 def test_a_pinned_replica_comes_back_under_a_restarted_workers_new_instance_id():
-    from tsched.agentic.proxy import ProxySettings, _State
+    from tsched.agentic.proxy import ProxySettings, ProxyState
 
-    state = _State(ProxySettings(("http://f:1#instance=11", "http://f:1#instance=22"),
+    state = ProxyState(ProxySettings(("http://f:1#instance=11", "http://f:1#instance=22"),
                                  (1000, 1000)))  # fmt: skip
 
     def health(*instances):

@@ -915,7 +915,7 @@ def test_replay_shortcuts_change_no_result(admission, monkeypatch) -> None:
     rule is asked; skipping, for the head's reservation, the running jobs that end before it
     could fit) give every job the same start and GPUs as the long way, on queued random traces
     on a three-leaf cluster with GPUs busy for good and on a cluster of mixed node sizes."""
-    from tsched.compare import simulator
+    from tsched.compare import sim_state
 
     rng = np.random.default_rng(11)
     clusters = [busy_for_good(fabric(nodes_per_leaf=3, leaves=3, gpus=4), {1: (0,), 5: (2, 3)}),
@@ -937,7 +937,7 @@ def test_replay_shortcuts_change_no_result(admission, monkeypatch) -> None:
                                                    seed=trial))[0]  # fmt: skip
             runs = []
             for shortcuts in (True, False):
-                monkeypatch.setattr(simulator, "SHORTCUTS", shortcuts)
+                monkeypatch.setattr(sim_state, "SHORTCUTS", shortcuts)
                 res = simulate(jobs, c, cfg, collective=CollectiveModel(), apps=apps)
                 runs.append([(r.job, r.start, r.end, r.nodes, r.queue_delay)
                              for r in res.records])  # fmt: skip

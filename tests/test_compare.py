@@ -734,9 +734,9 @@ def test_live_replay_runs_jobs_on_ray_with_the_simulators_schema(ray_cluster, tm
         assert recs["four"].end - recs["four"].start >= 2.0
     assert greedy["four"].nodes == 1 and spread["four"].nodes > 1
     # the job model stretches the spread bert job; its workers slept that long
-    from tsched.compare.simulator import _Placer
+    from tsched.compare.sim_state import Placer
 
-    placer = _Placer(cluster, SimConfig(), coll, apps)
+    placer = Placer(cluster, SimConfig(), coll, apps)
     nodes = sorted({cluster.node_index(n.name) for n in cluster.nodes if n.name != "head"})
     gpus = np.array(
         [cluster.node_offset[k] for k in nodes[:3]] + [cluster.node_offset[nodes[0]] + 1]
@@ -751,7 +751,7 @@ def test_live_replay_runs_jobs_on_ray_with_the_simulators_schema(ray_cluster, tm
 
 
 def test_iteration_cache_tells_apart_placements_priced_on_different_links() -> None:
-    from tsched.compare.simulator import _Placer
+    from tsched.compare.sim_state import Placer
 
     # the leaf is slower than the spine here, so the largest link index is not the slowest link
     c = Cluster(
@@ -763,7 +763,7 @@ def test_iteration_cache_tells_apart_placements_priced_on_different_links() -> N
         nodes=tuple(Node(f"n{i}", "n", {"leaf": f"l{i // 2}", "spine": "s"}) for i in range(6)),
     )  # fmt: skip
     app = AppModel("x", 0.1, 0.0, 1.0)
-    placer = _Placer(c, SimConfig(), CollectiveModel(), {"x": app})
+    placer = Placer(c, SimConfig(), CollectiveModel(), {"x": app})
     one_per_leaf = np.array([0, 2, 4])  # only spine hops
     two_in_a_leaf = np.array([0, 1, 2])  # a leaf hop: slower
     for gpus in (one_per_leaf, two_in_a_leaf):

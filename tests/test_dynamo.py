@@ -154,10 +154,6 @@ def test_router_tsched_puts_the_program_aware_proxy_in_front(tmp_path) -> None:
 
 
 def test_bad_router_settings_are_refused() -> None:
-    from tsched.agentic.core import POLICIES
-    from tsched.backends.dynamo import ROUTER_POLICIES
-
-    assert ROUTER_POLICIES == POLICIES
     with pytest.raises(InputError, match=r"router\.kind.*'nginx'"):
         spec_from_dict(spec_doc(router="nginx"))
     with pytest.raises(InputError, match=r"router\.policy"):
@@ -220,7 +216,8 @@ def completion(port: int, prompt: str = "w1 w2 w3") -> dict:
 def service(ray_cluster, tmp_path):
     """Bring a service up from a spec dict; after the test, bring it down and check that no
     process, port, actor or placement group is left."""
-    from tsched.backends.dynamo import _find, down, up
+    from tsched.backends.dynamo import down, up
+    from tsched.backends.dynamo.lifecycle import _find
     from tsched.discovery.ray import inventory
 
     cluster = inventory(timeout=20).cluster
@@ -384,7 +381,7 @@ def test_killed_engine_is_restarted_by_its_guardian(service) -> None:
 def test_owner_killed_takes_its_engine_down(service) -> None:
     import ray
 
-    from tsched.backends.dynamo import _actor_name
+    from tsched.backends.dynamo.lifecycle import _actor_name
 
     _spec, _plan, state, _port, work = service("owner", {"decode": {"replicas": 1, "tp": 1}})
     pid = state["parts"]["decode0"]["pid"]

@@ -57,6 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tsched.agentic.engine import EngineProfile
+from tsched.backends.dynamo.spec import ROUTER_POLICIES
 from tsched.errors import InputError
 
 __all__ = [
@@ -68,7 +69,8 @@ __all__ = [
     "Wakeups",
 ]
 
-POLICIES = ("pass-through", "round-robin", "sticky", "thunderagent", "tsched")
+#: The scheduling policies, by name (defined beside the Dynamo spec that names one of them).
+POLICIES = ROUTER_POLICIES
 #: tsched pauses programs (the bounded regime) only when its cost model predicts at least this
 #: throughput ratio over the open regime; see ProgramScheduler._choose_regime.
 BOUNDED_GAIN = 1.3

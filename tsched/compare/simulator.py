@@ -37,26 +37,28 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-import logging
 import math
 import operator
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from tsched.cluster import Cluster
-from tsched.compare.jobmodel import (
-    AppModel,
-    CollectiveModel,
-    _network_link,
-    allreduce_seconds,
-    packed_gpus,
-)
+from tsched.compare import sim_state
+from tsched.compare.jobmodel import AppModel, CollectiveModel
 from tsched.compare.records import JobRecord
+from tsched.compare.sim_config import (
+    QUEUES,
+    SimConfig,
+    SimResult,
+    Snapshot,
+    default_apps,
+    representative_jobs,
+)
+from tsched.compare.sim_state import Placer, SimJob, Usage, WaitingQueue, tally
 from tsched.compare.traces import TraceJob
 from tsched.errors import InputError
 
@@ -69,620 +71,6 @@ __all__ = [
     "default_apps",
     "representative_jobs",
 ]
-
-log = logging.getLogger(__name__)
-
-QUEUES = ("fifo", "sjf", "backfill", "fair")
-# shortcuts that skip work whose outcome is known (a job no compact placement is free for, the
-# running jobs that end before a reservation could fit): off, a replay takes the long way to
-# the same result (the tests compare the two)
-SHORTCUTS = True
-
-
-def default_apps() -> tuple[CollectiveModel, dict[str, AppModel]]:
-    """The job model shipped with tsched: Pollux's four applications and the collective figures
-    fitted on the Pollux testbed (``tsched/data/jobmodel/pollux-testbed.json``)."""
-    from importlib import resources
-
-    from tsched.compare.calibrate import load_jobmodel
-
-    path = resources.files("tsched") / "data" / "jobmodel" / "pollux-testbed.json"
-    with resources.as_file(path) as p:
-        coll, apps = load_jobmodel(p)
-    # Classes of the Pollux workloads without measurements take the nearest measured model,
-    # with their own gradient size.
-    from tsched.compare.calibrate import GRADIENT_GB
-
-    proxies = {"deepspeech2": "bert", "yolov3": "imagenet"}
-    for name, base in proxies.items():
-        if name not in apps and base in apps:
-            b = apps[base]
-            apps[name] = replace(b, name=name, gradient_gb=GRADIENT_GB[name])
-    return coll, apps
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Settings of one simulation run.
-
-    Parameters
-    ----------
-    policy : str
-        Placement method: a registered solver name.
-    queue : str
-        One of :data:`QUEUES`.
-    seed : int
-        Seed of the solvers and of ``random`` placement.
-    time_limit : float
-        Seconds each multi-GPU placement may take (solvers that use it).
-    fragmentation_aware : bool
-        A job smaller than a node goes to the fullest node with room and a larger job to the
-        fullest domain with room, keeping whole nodes and domains free for large jobs.
-    budgets : mapping
-        Fair share budgets: ``{"tenant": w, "tenant/project": w}``; tenants not named get 1.
-    window : float
-        Sliding window of the fair-share usage, seconds.
-    min_runtime : float
-        Protected runtime before a job may be preempted (``fair``), seconds; after a restart it
-        counts from the end of the restart (``restart_cost``).
-    preemption : bool
-        Whether ``fair`` may preempt.
-    restart_cost : float
-        Seconds a preempted job spends before it computes again when it restarts (reloading
-        its checkpoint and state); 0 makes a preemption free.
-    scan_depth : int
-        How many waiting jobs behind the head ``backfill`` tries, and ``fair`` per project, in
-        one pass (as Slurm's ``bf_max_job_test``); bounds the cost of a pass on long queues.
-    snapshot_jobs : tuple of str
-        Jobs (by name) whose first placement is kept, with the GPUs busy at that moment, in
-        ``SimResult.snapshots`` (for pictures; see :func:`representative_jobs`).
-    admission : str
-        ``any`` (a job starts when enough GPUs are free anywhere) or ``compact`` (one node for a
-        job that fits one, whole nodes for larger ones; see :mod:`tsched.compare.placement`).
-    reservation : str or None
-        What ``backfill``'s head job reserves: ``count`` (a number of GPUs, EASY as published)
-        or ``topology`` (the GPUs its placement rule would give it at the earliest time it can
-        start; later jobs that would still run then must avoid them). ``None``: the policy's
-        own (``topology`` for ``fgd`` under ``compact`` admission, ``count`` otherwise; with
-        ``topology`` under ``any``, a head job that ``fgd`` holds back for locality reserves a
-        compact placement).
-    stretch : bool
-        Whether a job's run time follows its placement (the job model); ``False`` runs every job
-        at its compact run time, the ceiling no placement can beat.
-    shape_window : int
-        Recent arrivals whose GPU-time (with that of older jobs still waiting) weighs the job
-        shapes ``fgd`` expects.
-    model_margin : float
-        Speed-ups the job model predicts for a scattered placement smaller than this share of
-        the run time are not acted on by ``fgd`` (the model's median relative error is 3–14 %
-        per application in calibration; ``benchmarks/results/calibration``).
-    slack : float
-        Relaxed backfilling (``backfill``): a later job may start if it ends by the head's
-        first shadow time plus ``slack`` × the head's run time, so the head's start slips by at
-        most that share of its run time (Ward, Mahood and West, JSSPP 2002; Talby and
-        Feitelson's slack-based backfilling, IPPS 1999). 0 is EASY as published.
-    """
-
-    policy: str = "greedy"
-    queue: str = "fifo"
-    seed: int = 0
-    time_limit: float = 1.0
-    fragmentation_aware: bool = False
-    budgets: Mapping[str, float] = field(default_factory=dict)
-    window: float = 6 * 3600.0
-    min_runtime: float = 600.0
-    preemption: bool = True
-    restart_cost: float = 0.0
-    scan_depth: int = 500
-    snapshot_jobs: tuple[str, ...] = ()
-    admission: str = "any"
-    reservation: str | None = None
-    stretch: bool = True
-    shape_window: int = 256
-    model_margin: float = 0.1
-    slack: float = 0.0
-
-    def __post_init__(self) -> None:
-        from tsched.compare.placement import ADMISSIONS, RULES, canonical
-
-        if self.fragmentation_aware and canonical(self.policy) in RULES:
-            raise InputError(
-                f"policy {self.policy!r}: fragmentation-aware subsets apply to solvers; the "
-                "rule chooses its own domain"
-            )
-        if self.admission not in ADMISSIONS:
-            raise InputError(
-                f"admission {self.admission!r}: expected one of {', '.join(ADMISSIONS)}"
-            )
-        if self.reservation not in (None, "count", "topology"):
-            raise InputError(f"reservation {self.reservation!r}: expected 'count' or 'topology'")
-        if not (self.slack >= 0 and math.isfinite(self.slack)):
-            raise InputError(f"slack must be a finite share >= 0, got {self.slack}")
-        if not 0.0 <= self.model_margin < 1.0:
-            raise InputError(f"model_margin must be in [0, 1), got {self.model_margin}")
-        if self.shape_window < 1:
-            raise InputError(f"shape_window must be >= 1, got {self.shape_window}")
-        if self.queue not in QUEUES:
-            raise InputError(f"queue policy {self.queue!r}: expected one of {', '.join(QUEUES)}")
-        for key, w in self.budgets.items():
-            if not w > 0:
-                raise InputError(f"budget {key!r}: expected a weight > 0, got {w!r}")
-        if self.scan_depth < 1:
-            raise InputError(f"scan_depth must be >= 1, got {self.scan_depth}")
-        if not self.window > 0 or self.min_runtime < 0:
-            raise InputError("fair share: window must be > 0 and min_runtime >= 0")
-        if not (self.restart_cost >= 0 and math.isfinite(self.restart_cost)):
-            raise InputError(f"restart_cost must be finite seconds >= 0, got {self.restart_cost}")
-
-    @property
-    def reserves(self) -> str:
-        """The reservation ``backfill`` makes under this config."""
-        if self.reservation is not None:
-            return self.reservation
-        return self._own_reservation
-
-    @property
-    def _own_reservation(self) -> str:
-        # under count admission a count serves: the head may start on any GPUs, and a job that
-        # waits for locality keeps its node through the locality locks (with a topology
-        # reservation there Pollux's p99 is no lower: 8.28 ± 0.21 and 8.26 ± 0.18 h at loads
-        # 1.2 and 1.4 against 8.23 ± 0.06 and 8.12 ± 0.03; cluster_policies.md, fgd+topo)
-        return "topology" if self.policy == "fgd" and self.admission == "compact" else "count"
-
-    @property
-    def label(self) -> str:
-        from tsched.compare.placement import canonical
-
-        frag = "+frag" if self.fragmentation_aware else ""
-        own = self._own_reservation
-        resv = ""
-        if self.reserves != own:
-            resv = "+topo" if self.reserves == "topology" else "+count"
-        slack = f"+slack{self.slack:g}" if self.slack > 0 else ""
-        return f"{canonical(self.policy)}{frag}{resv}{slack}"
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A job's first placement: when, on which GPUs (worker order), and which other GPUs were
-    busy then (global GPU indices)."""
-
-    time: float
-    gpus: np.ndarray
-    busy: np.ndarray
-    objective: float = 0.0
-
-
-def representative_jobs(jobs: Sequence[TraceJob], count: int = 3) -> tuple[str, ...]:
-    """Names of up to ``count`` multi-GPU jobs spread over the sizes of a trace: the largest,
-    then the upper quartile and the median of the multi-GPU jobs' GPU counts (the earliest
-    submitted job of each size). The same jobs for every policy, so their placements compare."""
-    multi = sorted((j for j in jobs if j.gpus > 1), key=lambda j: (j.gpus, j.submit, j.name))
-    if not multi:
-        return ()
-    sizes = np.array([j.gpus for j in multi])
-    picks: list[str] = []
-    for q in (1.0, 0.75, 0.5, 0.25, 0.0)[: max(count, 0) + 2]:
-        size = sizes[min(int(round(q * (len(sizes) - 1))), len(sizes) - 1)]
-        first = next(j for j in multi if j.gpus == size)
-        if first.name not in picks:
-            picks.append(first.name)
-        if len(picks) == count:
-            break
-    return tuple(picks)
-
-
-@dataclass
-class SimResult:
-    """Records and time series of one run."""
-
-    config: SimConfig
-    records: list[JobRecord]
-    times: np.ndarray  # event times, s
-    busy_gpus: np.ndarray  # GPUs running jobs after each event
-    queued: np.ndarray  # jobs waiting after each event
-    fragmentation: np.ndarray  # share of free GPUs not on wholly free nodes
-    usage_by_tenant: dict[str, float]  # GPU-seconds
-    wall_time: float
-    snapshots: dict[str, Snapshot] = field(default_factory=dict)  # config.snapshot_jobs
-    whole_free: np.ndarray = field(default_factory=lambda: np.zeros(0))  # wholly free nodes
-    blocked: np.ndarray = field(default_factory=lambda: np.zeros(0))  # free GPUs while a
-    # waiting job fits them by count: capacity lost to fragmentation (and to queue order)
-
-    def _integral(self, values: np.ndarray) -> float:
-        if len(self.times) < 2:
-            return 0.0
-        return float(np.sum(values[:-1] * np.diff(self.times)))
-
-    @property
-    def blocked_gpu_hours(self) -> float:
-        """GPU-hours free while some waiting job would have fit them by count."""
-        return self._integral(self.blocked) / 3600.0
-
-    @property
-    def mean_whole_free_nodes(self) -> float:
-        span = self.times[-1] - self.times[0] if len(self.times) > 1 else 0.0
-        return self._integral(self.whole_free) / span if span > 0 else 0.0
-
-
-@dataclass
-class _Job:
-    trace: TraceJob
-    index: int
-    remaining: float = 1.0  # fraction of the work left
-    first_start: float = -1.0
-    started: float = 0.0
-    runtime: float = 0.0  # of the current run
-    overhead: float = 0.0  # seconds of the current run spent restarting, not computing
-    gpus: np.ndarray | None = None
-    run_id: int = 0
-    preemptions: int = 0
-    nodes: int = 0
-    domains: int = 0
-    comm_share: float = 0.0
-    objective: float = 0.0
-    end: float = -1.0
-    node_counts: list[tuple[int, int]] = field(default_factory=list)  # of the current run
-
-
-def _tally(table: dict[int, list[float]], size: int, jobs: int, rt: float, loss: float) -> None:
-    """Adds to ``table[size]``'s [jobs, Σ run time, Σ run time × loss]; drops it at no jobs."""
-    row = table.setdefault(size, [0.0, 0.0, 0.0])
-    row[0] += jobs
-    row[1] += rt
-    row[2] += loss
-    if row[0] <= 0:
-        del table[size]
-
-
-class _Usage:
-    """Exact sliding-window GPU-seconds per key: piecewise-linear cumulative usage."""
-
-    def __init__(self) -> None:
-        self.rate: dict[str, float] = {}
-        self.t: dict[str, list[float]] = {}
-        self.cum: dict[str, list[float]] = {}
-
-    def change(self, key: str, now: float, delta: float) -> None:
-        ts = self.t.setdefault(key, [now])
-        cs = self.cum.setdefault(key, [0.0])
-        r = self.rate.get(key, 0.0)
-        c = cs[-1] + r * (now - ts[-1])
-        if ts[-1] == now:
-            cs[-1] = c
-        else:
-            ts.append(now)
-            cs.append(c)
-        self.rate[key] = r + delta
-
-    def _at(self, key: str, when: float) -> float:
-        ts, cs = self.t.get(key), self.cum.get(key)
-        if not ts or when <= ts[0]:
-            return 0.0
-        k = bisect.bisect_right(ts, when) - 1
-        rate = (cs[k + 1] - cs[k]) / (ts[k + 1] - ts[k]) if k + 1 < len(ts) else self.rate[key]
-        return cs[k] + rate * (when - ts[k])
-
-    def window(self, key: str, now: float, width: float) -> float:
-        return self._at(key, now) - self._at(key, now - width)
-
-    def total(self, key: str, now: float) -> float:
-        return self._at(key, now)
-
-
-class _Waiting:
-    """Waiting jobs in the queue policy's order, and per tenant and project in submit order."""
-
-    def __init__(self, key: Callable[[int], tuple[float, ...]]) -> None:
-        self.key = key
-        self.items: list[tuple[Any, ...]] = []
-        self.keys: dict[int, tuple[Any, ...]] = {}
-        self.where: dict[int, tuple[str, str, tuple[float, int]]] = {}
-        self.groups: dict[str, dict[str, list[tuple[float, int]]]] = {}
-        self.sizes: dict[int, int] = {}  # waiting jobs per GPU count
-        self._size: dict[int, int] = {}
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def order(self) -> list[int]:
-        return [item[-1] for item in self.items]
-
-    def head(self) -> int:
-        return int(self.items[0][-1])
-
-    def smallest(self) -> int:
-        return min(self.sizes) if self.sizes else 0
-
-    def add(self, k: int, tenant: str, project: str, submit: float, size: int = 1) -> None:
-        self._size[k] = size
-        self.sizes[size] = self.sizes.get(size, 0) + 1
-        kk = (*self.key(k), k)
-        bisect.insort(self.items, kk)
-        self.keys[k] = kk
-        entry = (submit, k)
-        bisect.insort(self.groups.setdefault(tenant, {}).setdefault(project, []), entry)
-        self.where[k] = (tenant, project, entry)
-
-    def remove(self, k: int) -> None:
-        size = self._size.pop(k)
-        self.sizes[size] -= 1
-        if not self.sizes[size]:
-            del self.sizes[size]
-        kk = self.keys.pop(k)
-        del self.items[bisect.bisect_left(self.items, kk)]
-        tenant, project, entry = self.where.pop(k)
-        projects = self.groups[tenant]
-        jobs = projects[project]
-        del jobs[bisect.bisect_left(jobs, entry)]
-        if not jobs:
-            del projects[project]
-            if not projects:
-                del self.groups[tenant]
-
-
-class _Placer:
-    """Places a job on the free GPUs with the policy's solver; caches iteration times."""
-
-    def __init__(self, cluster: Cluster, config: SimConfig, coll: CollectiveModel,
-                 apps: Mapping[str, AppModel]) -> None:  # fmt: skip
-        self.cluster = cluster
-        self.config = config
-        self.coll = coll
-        self.apps = apps
-        self.rng = np.random.default_rng(config.seed)
-        self._iter_cache: dict[tuple[Any, ...], tuple[float, float]] = {}
-        self._packed: dict[tuple[str, int], float] = {}
-        from tsched.compare.placement import RULES, canonical
-
-        self.rule = canonical(config.policy) if canonical(config.policy) in RULES else None
-        # rules refuse a job no compact placement is free for under compact admission; random
-        # is left to draw its node keys on every call, as its seeded stream expects
-        self.screens = (SHORTCUTS and self.rule not in (None, "random")
-                        and config.admission == "compact")  # fmt: skip
-        self.shapes: Mapping[int, float] | None = None  # set by the simulation for fgd
-        self.tables: dict[int, np.ndarray] | None = None
-        self.hold: Callable[[], np.ndarray] | None = None  # seconds until each node is idle
-        # per node, seconds until each running job ends and the GPUs it gives back
-        self.releases: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None
-        self.pressure: Callable[[float, int], float] | None = None  # fgd's fragment weight
-        # seconds until a compact placement of n GPUs among those a mask leaves a job
-        self.wait: Callable[[int, np.ndarray], float] | None = None
-        self.clock: Callable[[], float] | None = None
-        self.deferred: dict[int, float] = {}  # job index → when fgd first held it for locality
-        self._loss: dict[tuple[str, int], float] = {}
-        levels = cluster.levels
-        self.domain_of_node = (
-            cluster.node_group[:, 0].astype(np.int64)
-            if levels
-            else np.zeros(cluster.n_nodes, dtype=np.int64)
-        )
-
-    def app(self, job: TraceJob) -> AppModel:
-        try:
-            return self.apps[job.app]
-        except KeyError:
-            raise InputError(
-                f"job {job.name!r}: workload class {job.app!r} has no job model; known: "
-                f"{', '.join(sorted(self.apps))}"
-            ) from None
-
-    def iteration(self, app: AppModel, gpus: np.ndarray) -> tuple[float, float]:
-        """(seconds per iteration, communication share) of ``app`` on ``gpus``."""
-        c = self.cluster
-        nodes = c.gpu_node[gpus]
-        counts = np.bincount(nodes)
-        used = np.flatnonzero(counts)
-        if len(used) == 1:
-            local = tuple(np.sort(c.gpu_local[gpus]).tolist())
-            key: tuple[Any, ...] = (app.name, 1, int(c.node_type_index[nodes[0]]), local)
-        else:
-            # the time depends on the shape and on the link class the allreduce prices
-            link = _network_link(c, gpus)
-            key = (app.name, len(gpus), len(used), int(counts.max()), link)
-        hit = self._iter_cache.get(key)
-        if hit is None:
-            compute = float(app.compute_seconds(app.local_bsz))
-            comm = allreduce_seconds(c, gpus, app.gradient_gb, self.coll, app.sync_overhead_s)
-            g = self.coll.overlap
-            total = (compute**g + comm**g) ** (1 / g) if comm > 0 else compute
-            hit = (total, 1.0 - compute / total)
-            self._iter_cache[key] = hit
-        return hit
-
-    def packed_iteration(self, app: AppModel, n: int) -> float:
-        key = (app.name, n)
-        if key not in self._packed:
-            self._packed[key] = self.iteration(app, packed_gpus(self.cluster, n))[0]
-        return self._packed[key]
-
-    def set_shapes(self, shapes: Mapping[int, float]) -> None:
-        """The job shapes ``fgd`` weighs, and each node size's fragmentation table for them."""
-        from tsched.compare.placement import fragmentation
-
-        self.shapes = shapes or None
-        self.tables = None
-        if shapes:
-            self.tables = {
-                int(g): fragmentation(np.arange(int(g) + 1), int(g), shapes)
-                for g in np.unique(self.cluster.gpus_per_node)
-            }
-
-    def fragment_loss(self, job: TraceJob) -> float:
-        """The share of its GPU-time ``job`` loses on fragments: ``1 − 1/s`` for its slowdown
-        ``s`` split evenly over one node more than it needs (0 where that is no slower)."""
-        key = (job.app, job.gpus)
-        hit = self._loss.get(key)
-        if hit is None:
-            c, n = self.cluster, job.gpus
-            nodes = min(math.ceil(n / int(c.gpus_per_node.max())) + 1, n, c.n_nodes)
-            order = np.argsort(-c.gpus_per_node, kind="stable")[:nodes]
-            per = [n // nodes + (i < n % nodes) for i in range(nodes)]
-            hit = 0.0
-            if nodes > 1 and all(p <= c.gpus_per_node[k] for p, k in zip(per, order)):
-                gpus = np.concatenate([c.node_offset[k] + np.arange(p) for p, k in zip(per, order)])
-                hit = max(0.0, 1.0 - 1.0 / self.slowdown(self.app(job), gpus.astype(np.int64)))
-            self._loss[key] = hit
-        return hit
-
-    def slowdown(self, app: AppModel, gpus: np.ndarray) -> float:
-        """Run time on ``gpus`` over the compact run time (1 when stretch is off)."""
-        if not self.config.stretch:
-            return 1.0
-        return self.iteration(app, gpus)[0] / self.packed_iteration(app, len(gpus))
-
-    def place(
-        self, job: TraceJob, free: np.ndarray, waiter: int | None = None
-    ) -> tuple[np.ndarray, float] | None:
-        """GPUs for ``job`` among ``free`` (a bool mask), and the plan's objective; None if the
-        policy finds no placement (or none its admission regime allows). ``waiter``: the job's
-        index when it may wait for a compact placement (``fgd``; ``None`` for hypothetical
-        masks)."""
-        n = job.gpus
-        c = self.cluster
-        free_idx = np.flatnonzero(free)
-        if len(free_idx) < n:
-            return None
-        free_per_node = np.bincount(c.gpu_node[free_idx], minlength=c.n_nodes)
-        if self.screens:
-            from tsched.compare.placement import compact_room
-
-            if not compact_room(free_per_node, c.gpus_per_node, n):
-                return None
-        if self.rule is not None:
-            from tsched.compare.placement import View, place
-
-            app = self.app(job)
-            fgd = self.rule == "fgd"
-            defers = fgd and waiter is not None and self.wait is not None and self.clock is not None
-            now = self.clock() if defers and self.clock else 0.0
-            view = View(c, free, free_per_node, self.config.admission, self.rng, self.shapes,
-                        lambda g: self.slowdown(app, g),
-                        hold=self.hold() if fgd and self.hold else None, tables=self.tables,
-                        releases=self.releases() if fgd and self.releases else None,
-                        duration=job.duration if fgd else None,
-                        weight=self.pressure(job.duration, len(free_idx))
-                        if fgd and self.pressure else 1.0,
-                        wait=self._wait_within(free) if defers else None,
-                        waited=now - self.deferred.get(waiter, now) if defers else 0.0,
-                        margin=self.config.model_margin)  # fmt: skip
-            gpus = place(self.rule, view, n)
-            if gpus is None:
-                if defers:  # enough GPUs are free: fgd held the job back for locality
-                    self.deferred.setdefault(waiter, now)
-                return None
-            if waiter is not None:
-                self.deferred.pop(waiter, None)
-            return gpus, 0.0
-        compact = self.config.admission == "compact"
-        if n == 1:
-            return self._place_one(free_idx, free_per_node), 0.0
-        locations = free_idx
-        if compact:
-            from tsched.compare.placement import compact_nodes
-
-            ok = compact_nodes(free_per_node, c.gpus_per_node, n)
-            locations = free_idx[ok[c.gpu_node[free_idx]]]
-            if len(locations) < n:
-                return None
-        if self.config.fragmentation_aware:
-            locations = self._fragmentation_subset(n, locations, free_per_node)
-        got = self._solve(job, n, locations)
-        if got is not None and compact:
-            from tsched.compare.placement import View, admits_compact, place
-
-            if not admits_compact(c, got[0]):  # the solver spread it: compact best fit instead
-                view = View(c, free, free_per_node, "compact")
-                gpus = place("best-fit", view, n)
-                return None if gpus is None else (gpus, 0.0)
-        return got
-
-    def _wait_within(self, free: np.ndarray) -> Callable[[int], float]:
-        """The wait for a compact placement as the job sees it: among the GPUs its mask leaves
-        it, not those the mask keeps for another job (``backfill``'s reservation for the head),
-        which a compact placement free only there cannot be had by this job."""
-        wait = self.wait
-        assert wait is not None
-        return lambda n: wait(n, free)
-
-    def _place_one(self, free_idx: np.ndarray, free_per_node: np.ndarray) -> np.ndarray:
-        c = self.cluster
-        policy = self.config.policy
-        if policy == "random":
-            return np.array([free_idx[self.rng.integers(len(free_idx))]])
-        has = free_per_node > 0
-        if policy == "spread":
-            node = int(np.argmax(np.where(has, free_per_node, -1)))
-        else:
-            score = np.where(has, free_per_node, np.iinfo(np.int64).max)
-            if self.config.fragmentation_aware:  # fullest domain first, then fullest node
-                dom_free = np.bincount(self.domain_of_node, weights=free_per_node)
-                score = score + dom_free[self.domain_of_node] * (c.gpus_per_node.max() + 1)
-            node = int(np.argmin(score))
-        local = free_idx[c.gpu_node[free_idx] == node]
-        return local[:1]
-
-    def _fragmentation_subset(
-        self, n: int, free_idx: np.ndarray, free_per_node: np.ndarray
-    ) -> np.ndarray:
-        """Free GPUs of the fullest node (job smaller than a node) or the fullest domain that
-        holds the job; all free GPUs when none does alone."""
-        c = self.cluster
-        gpn = int(c.gpus_per_node.max())
-        node_of = c.gpu_node[free_idx]
-        if n <= gpn:
-            fits = np.flatnonzero(free_per_node >= n)
-            if len(fits):
-                node = fits[np.argmin(free_per_node[fits])]
-                return free_idx[node_of == node]
-        dom_free = np.bincount(self.domain_of_node, weights=free_per_node)
-        fits = np.flatnonzero(dom_free >= n)
-        if len(fits):
-            dom = fits[np.argmin(dom_free[fits])]
-            return free_idx[self.domain_of_node[node_of] == dom]
-        return free_idx
-
-    def ring_problem(self, job: TraceJob, locations: np.ndarray) -> Any:
-        """The job's ring all-reduce as a placement problem on ``locations``."""
-        from tsched.problem import PlacementProblem
-
-        n = job.gpus
-        app = self.app(job)
-        ring = np.arange(n)
-        gb = np.full(n, 2.0 * (n - 1) / n * max(app.gradient_gb, 1e-9))
-        return PlacementProblem(
-            name=job.name,
-            n_workers=n,
-            locations=np.asarray(locations),
-            src=ring,
-            dst=np.roll(ring, -1),
-            gb=gb,
-            cluster=self.cluster,
-        )
-
-    def ring_objective(self, job: TraceJob, gpus: np.ndarray) -> float:
-        """The ring's communication seconds per iteration with worker ``k`` on ``gpus[k]``."""
-        from tsched.problem import objective
-
-        if len(gpus) < 2:
-            return 0.0
-        return float(objective(self.ring_problem(job, gpus), np.arange(len(gpus))))
-
-    def _solve(
-        self, job: TraceJob, n: int, locations: np.ndarray
-    ) -> tuple[np.ndarray, float] | None:
-        from tsched.solvers.registry import solve
-
-        problem = self.ring_problem(job, locations)
-        result = solve(
-            problem,
-            method=self.config.policy,
-            time_limit=self.config.time_limit,
-            seed=int(self.rng.integers(2**31)),
-        )
-        if result.assignment is None:
-            return None
-        return np.asarray(locations)[np.asarray(result.assignment)], float(result.objective)
 
 
 def simulate(
@@ -720,7 +108,7 @@ def simulate(
         coll0, apps0 = default_apps()
         collective = collective or coll0
         apps = apps if apps is not None else apps0
-    placer = _Placer(cluster, config, collective, apps)
+    placer = Placer(cluster, config, collective, apps)
     usable = int((~cluster.busy_mask).sum())
     idle_nodes = int((np.bincount(cluster.gpu_node[cluster.busy_mask], minlength=cluster.n_nodes)
                       == 0).sum())  # fmt: skip
@@ -733,7 +121,7 @@ def simulate(
             )
     t_wall = time.perf_counter()
     order = sorted(range(len(jobs)), key=lambda k: (jobs[k].submit, k))
-    state = [_Job(jobs[k], k) for k in range(len(jobs))]
+    state = [SimJob(jobs[k], k) for k in range(len(jobs))]
     free = ~cluster.busy_mask.copy()
     gpu_end = np.full(cluster.n_gpus, np.inf)  # when each GPU's running job ends
     node_gpus = cluster.gpus_per_node
@@ -744,10 +132,10 @@ def simulate(
     watch = set(config.snapshot_jobs)
     snapshots: dict[str, Snapshot] = {}
     if config.queue == "sjf":
-        queue = _Waiting(lambda k: (state[k].trace.duration * state[k].remaining,
+        queue = WaitingQueue(lambda k: (state[k].trace.duration * state[k].remaining,
                                     state[k].trace.submit))  # fmt: skip
     else:
-        queue = _Waiting(lambda k: (state[k].trace.submit,))
+        queue = WaitingQueue(lambda k: (state[k].trace.submit,))
     running_tenants: dict[str, int] = {}
     # fgd's expected shapes: the last shape_window arrivals, and the jobs still waiting that
     # arrived before them; per size [jobs, Σ run time, Σ run time × fragment loss]
@@ -755,7 +143,7 @@ def simulate(
     window: dict[int, list[float]] = {}
     aged: dict[int, list[float]] = {}
     aged_jobs: set[int] = set()
-    usage = _Usage()
+    usage = Usage()
     budgets = dict(config.budgets)
     running: set[int] = set()
     by_end: list[tuple[float, int]] = []  # (end, job index) of the running jobs, sorted
@@ -876,13 +264,13 @@ def simulate(
     # larger one (compact admission, or the whole-nodes rule under any admission)
     whole_only = config.admission == "compact" or placer.rule == "whole-nodes"
 
-    def tenant_key(j: _Job) -> str:
+    def tenant_key(j: SimJob) -> str:
         return j.trace.tenant
 
-    def project_key(j: _Job) -> str:
+    def project_key(j: SimJob) -> str:
         return f"{j.trace.tenant}/{j.trace.project}"
 
-    def start(j: _Job, gpus: np.ndarray, objective: float, now: float) -> None:
+    def start(j: SimJob, gpus: np.ndarray, objective: float, now: float) -> None:
         nonlocal seq
         app = placer.app(j.trace)
         _t_iter, share = placer.iteration(app, gpus)
@@ -890,7 +278,7 @@ def simulate(
         if j.index in aged_jobs:
             aged_jobs.discard(j.index)
             rt = j.trace.duration
-            _tally(aged, j.trace.gpus, -1, -rt, -rt * loss_of(j))
+            tally(aged, j.trace.gpus, -1, -rt, -rt * loss_of(j))
         j.gpus = gpus
         j.started = now
         j.overhead = config.restart_cost if j.preemptions else 0.0
@@ -922,7 +310,7 @@ def simulate(
         seq += 1
         heapq.heappush(events, (now + j.runtime, seq, j.index, j.run_id))
 
-    def stop(j: _Job, now: float) -> None:
+    def stop(j: SimJob, now: float) -> None:
         assert j.gpus is not None
         free[j.gpus] = True
         gpu_end[j.gpus] = np.inf
@@ -939,7 +327,7 @@ def simulate(
         usage.change(tenant_key(j), now, -len(j.gpus))
         usage.change(project_key(j), now, -len(j.gpus))
 
-    def preempt(j: _Job, now: float) -> None:
+    def preempt(j: SimJob, now: float) -> None:
         work = j.runtime - j.overhead  # the restart's seconds are no progress
         done_frac = max(now - j.started - j.overhead, 0.0) / work if work > 0 else 1.0
         j.remaining = max(j.remaining * (1.0 - done_frac), 0.0)
@@ -1005,7 +393,7 @@ def simulate(
         return {g: w * (tally[g][2] / tally[g][1] if tally[g][1] > 0 else 1.0)
                 for g, w in shapes.items()}  # fmt: skip
 
-    def loss_of(j: _Job) -> float:
+    def loss_of(j: SimJob) -> float:
         """What a job loses on a fragment (fgd under any admission; 1 under compact)."""
         return placer.fragment_loss(j.trace) if config.admission == "any" else 1.0
 
@@ -1018,13 +406,13 @@ def simulate(
         g, rt = j.trace.gpus, j.trace.duration
         loss = rt * loss_of(j)
         recent.append((now, k, g, rt, loss))
-        _tally(window, g, 1, rt, loss)
+        tally(window, g, 1, rt, loss)
         if len(recent) > config.shape_window:
             _, k0, g0, rt0, l0 = recent.popleft()
-            _tally(window, g0, -1, -rt0, -l0)
+            tally(window, g0, -1, -rt0, -l0)
             if state[k0].first_start < 0:  # still waiting for its first start
                 aged_jobs.add(k0)
-                _tally(aged, g0, 1, rt0, l0)
+                tally(aged, g0, 1, rt0, l0)
 
     def try_start(k: int, now: float, mask: np.ndarray | None = None) -> bool:
         j = state[k]
@@ -1072,7 +460,7 @@ def simulate(
 
     deadlines: dict[int, float] = {}
 
-    def relaxed(head: _Job, shadow: float) -> float:
+    def relaxed(head: SimJob, shadow: float) -> float:
         """The time by which backfilled jobs must end to keep off the head's reservation: its
         shadow time, or with ``slack`` the first shadow time it had as head plus ``slack`` ×
         its run time (relaxed backfilling: the head's start slips by at most that)."""
@@ -1186,7 +574,7 @@ def simulate(
             t = max(t, float(whole_at[order[reach[0]]]) if len(reach) else math.inf)
         return t
 
-    def backfill_topology(now: float, head: _Job, n_free: int) -> None:
+    def backfill_topology(now: float, head: SimJob, n_free: int) -> None:
         """EASY with a reservation that names GPUs: the head job gets the GPUs its rule would
         give it at the earliest time it can start (the shadow time); a later job starts now if
         it ends before then, or on GPUs outside that reservation, or where its rule puts it if
@@ -1203,7 +591,7 @@ def simulate(
         # the running jobs that end before the first time the head could fit free nothing the
         # head can use: skip them at once (a deep queue on thousands of GPUs has many)
         skip = 0
-        if SHORTCUTS:
+        if sim_state.SHORTCUTS:
             first = earliest_fit(need, n_free, free_now,
                                  need <= gmax and (whole_only or waits_compact),
                                  need > gmax and whole_only)  # fmt: skip
