@@ -247,10 +247,11 @@ def p99_floor(name, jobs) -> float:
     """The p99 of each job's compute-only run time, seconds: under the job model a job runs at
     least its compact run time times compute over compact step time (communication only adds),
     so no placement and no queue order gives a p99 JCT below this."""
-    from tsched.compare.simulator import _Placer, default_apps
+    from tsched.compare.sim_state import Placer
+    from tsched.compare.simulator import default_apps
 
     coll, apps = default_apps()
-    placer = _Placer(_cluster(name), SimConfig(), coll, apps)
+    placer = Placer(_cluster(name), SimConfig(), coll, apps)
     share = {}  # (app, GPUs) → compute over compact step time
     for j in jobs:
         if (j.app, j.gpus) not in share:

@@ -19,7 +19,8 @@ import numpy as np
 from tsched.cluster import Cluster
 from tsched.compare.jobmodel import AppModel, CollectiveModel
 from tsched.compare.records import JobRecord
-from tsched.compare.simulator import SimConfig, SimResult, _Placer, default_apps
+from tsched.compare.sim_state import Placer
+from tsched.compare.simulator import SimConfig, SimResult, default_apps
 from tsched.compare.traces import TraceJob
 from tsched.errors import ExecutorError, InputError
 
@@ -109,7 +110,7 @@ def replay_trace(
     by_name = {j.name: j for j in jobs}
     out = []
     for cfg in configs:
-        placer = _Placer(cluster, cfg, collective, apps)
+        placer = Placer(cluster, cfg, collective, apps)
         replay_jobs = []
         for j in jobs:
             app = placer.app(j)
@@ -118,7 +119,7 @@ def replay_trace(
             work = Workload.from_edges(j.name, n, ring if n > 1 else [])
             replay_jobs.append(ReplayJob(j.name, j.submit * time_scale, work))
 
-        def seconds_of(job: Any, gpus: np.ndarray, placer: _Placer = placer) -> float:
+        def seconds_of(job: Any, gpus: np.ndarray, placer: Placer = placer) -> float:
             trace = by_name[job.name]
             app = placer.app(trace)
             ratio = placer.iteration(app, gpus)[0] / placer.packed_iteration(app, len(gpus))
