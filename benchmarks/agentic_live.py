@@ -3,7 +3,7 @@ proxy's policies on the same real Dynamo mocker workers, several runs per cell, 
 simulator's prediction for the same setting.
 
 Two ``dynamo.mocker`` workers of 59,000 KV tokens each (engine profile ``--engine``), under the
-guardian, in one discovery folder (:class:`~tsched.agentic.live.MockerReplicas`, shared layout),
+guardian, in one discovery folder (:class:`~tsched.agentic.mocker.MockerReplicas`, shared layout),
 behind one ``dynamo.frontend`` per router mode (``round-robin``, ``kv``) and
 ``dynamo.thunderagent_router`` (serving its own model name over the same workers). Arms:
 
@@ -43,7 +43,7 @@ from benchmarks._common import RESULTS, machine, markdown_table, write_result
 from tsched.agentic.bench import run_bench
 from tsched.agentic.core import POLICIES
 from tsched.agentic.engine import PRESETS as ENGINES
-from tsched.agentic.live import MockerReplicas
+from tsched.agentic.mocker import MockerReplicas
 from tsched.agentic.sim import simulate
 from tsched.agentic.workload import PRESETS as WORKLOADS
 from tsched.backends.dynamo import free_port

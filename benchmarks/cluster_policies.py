@@ -43,7 +43,7 @@ import numpy as np
 
 import tsched
 from benchmarks._common import RESULTS, ROOT, machine, markdown_table, write_result
-from tsched.compare.policies import parse_policies
+from tsched.compare.runner import parse_policies
 from tsched.compare.simulator import SimConfig
 from tsched.compare.study import (
     Cell,

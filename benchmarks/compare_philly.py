@@ -21,8 +21,8 @@ import time
 
 import tsched
 from benchmarks._common import RESULTS, ROOT, machine, markdown_table, write_result
-from tsched.compare.policies import parse_policies, sweep
 from tsched.compare.report import write_report
+from tsched.compare.runner import parse_policies, sweep
 from tsched.compare.simulator import SimConfig
 from tsched.compare.traces import load_trace
 

@@ -41,7 +41,7 @@ from benchmarks.cluster_policies import (
     paired_text,
     replica_jobs,
 )
-from tsched.compare.policies import parse_policies
+from tsched.compare.runner import parse_policies
 from tsched.compare.simulator import SimConfig, simulate
 from tsched.compare.study import work_weighted_wait
 from tsched.stats import ci95

@@ -40,7 +40,7 @@ from benchmarks.cluster_policies import (
     replica_jobs,
     write_runs,
 )
-from tsched.compare.policies import parse_policies
+from tsched.compare.runner import parse_policies
 from tsched.compare.simulator import SimConfig
 from tsched.compare.study import Cell, buckets, run_cells
 from tsched.stats import ci95

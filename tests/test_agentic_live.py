@@ -29,7 +29,7 @@ CAPACITY = 8_000  # tokens per replica: 500 blocks of 16
 
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory):
-    from tsched.agentic.live import MockerReplicas
+    from tsched.agentic.mocker import MockerReplicas
 
     with MockerReplicas(2, CAPACITY, ENGINES["mocker"], tmp_path_factory.mktemp("reps")) as reps:
         yield reps
@@ -195,7 +195,7 @@ async def first_calls(s, url, state, prefix: str, tokens: int, seed: int) -> dic
 
 
 def test_a_replica_that_dies_fails_its_calls_clearly_and_its_programs_move(tmp_path):
-    from tsched.agentic.live import MockerReplicas
+    from tsched.agentic.mocker import MockerReplicas
 
     with MockerReplicas(2, CAPACITY, ENGINES["mocker"], tmp_path) as reps:
 
@@ -308,7 +308,7 @@ def test_shared_workers_serve_dynamo_routers_its_port_and_pinned_proxy_calls(tmp
     the bench's programs; a pinned worker that dies fails its call clearly and its programs
     move to the other."""
     from tsched.agentic.bench import run_bench
-    from tsched.agentic.live import NAMESPACE, MockerReplicas
+    from tsched.agentic.mocker import NAMESPACE, MockerReplicas
     from tsched.agentic.proxy import dynamo_backends
     from tsched.agentic.workload import parse_agentic_workload
 

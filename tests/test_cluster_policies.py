@@ -27,7 +27,7 @@ from tsched.compare.placement import (
     is_compact,
     place,
 )
-from tsched.compare.policies import parse_policies
+from tsched.compare.runner import parse_policies
 from tsched.compare.simulator import SimConfig, simulate
 from tsched.compare.study import (
     at_load,

@@ -23,7 +23,6 @@ from tsched.compare.jobmodel import (
     packed_gpus,
     placement_gpus,
 )
-from tsched.compare.policies import parse_policies, sweep
 from tsched.compare.records import (
     JobRecord,
     read_jsonl,
@@ -32,6 +31,7 @@ from tsched.compare.records import (
     write_records,
 )
 from tsched.compare.report import pair, summarize, write_report
+from tsched.compare.runner import parse_policies, sweep
 from tsched.compare.simulator import SimConfig, representative_jobs, simulate
 from tsched.compare.traces import TraceJob, detect_format, load_trace
 from tsched.errors import InputError
@@ -713,7 +713,7 @@ def test_ray_sweep_matches_the_serial_sweep(ray_cluster) -> None:
 
 @pytest.mark.ray
 def test_live_replay_runs_jobs_on_ray_with_the_simulators_schema(ray_cluster, tmp_path) -> None:
-    from tsched.compare.live import replay_trace
+    from tsched.compare.ray_replay import replay_trace
     from tsched.discovery.ray import inventory
 
     cluster = inventory(timeout=20).cluster

@@ -13,7 +13,7 @@ import tsched
 from tsched.cli import main
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem
-from tsched.solvers._hier import hierarchical_view
+from tsched.solvers.node_model import hierarchical_view
 from tsched.workload import Workload
 
 

@@ -182,7 +182,7 @@ def test_replay_writes_jct_records_per_policy(ray_cluster, tmp_path) -> None:
     import numpy as np
 
     import tsched
-    from tsched.compare.live import ReplayJob, replay
+    from tsched.compare.ray_replay import ReplayJob, replay
     from tsched.compare.records import read_records, write_records
     from tsched.discovery.ray import inventory
 

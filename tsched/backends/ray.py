@@ -21,7 +21,7 @@ results in rank order. On any failure — a worker raises, a timeout, Ctrl-C —
 are cancelled and the placement group is removed: nothing stays reserved.
 
 The replay of a matched job sequence through this executor lives with the live comparison
-(:func:`tsched.compare.live.replay`): backends import nothing above them.
+(:func:`tsched.compare.ray_replay.replay`): backends import nothing above them.
 """
 
 from __future__ import annotations

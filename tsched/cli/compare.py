@@ -32,8 +32,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.action == "calibrate":
         return cmd_calibrate(args)
     from tsched.compare.calibrate import load_jobmodel
-    from tsched.compare.policies import parse_policies
     from tsched.compare.report import write_report
+    from tsched.compare.runner import parse_policies
     from tsched.compare.simulator import SimConfig, representative_jobs
     from tsched.compare.traces import load_trace, parse_mapping
     from tsched.presets import load_cluster
@@ -108,7 +108,7 @@ def _simulate(
     args: argparse.Namespace, jobs: Any, cluster: Any, configs: Any, collective: Any, apps: Any,
     quiet: bool,
 ) -> list[Any]:  # fmt: skip
-    from tsched.compare.policies import sweep
+    from tsched.compare.runner import sweep
 
     with progress(quiet) as bar:
         runs = len(configs) * args.seeds
@@ -139,7 +139,7 @@ def _live(
 ) -> list[Any]:  # fmt: skip
     from rich.console import Console
 
-    from tsched.compare.live import replay_trace
+    from tsched.compare.ray_replay import replay_trace
 
     if args.seeds != 1 or args.ray:
         raise InputError("tsched compare --live runs one seed and does not take --ray")

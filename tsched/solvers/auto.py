@@ -54,10 +54,10 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers._hier import hierarchical_view
 from tsched.solvers.base import SolverOutput, get_solver, keep_better, register
 from tsched.solvers.bounds import best_bound, linear_floor
 from tsched.solvers.hierarchical import sparse_refine
+from tsched.solvers.node_model import hierarchical_view
 
 __all__ = ["auto", "DEFAULT_TIME_LIMIT", "BNB_MAX", "CPSAT_MAX_WORKERS", "COMPONENTS_MAX"]
 

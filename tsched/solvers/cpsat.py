@@ -2,12 +2,13 @@
 
 Two formulations, chosen per problem (``options={"model": "hierarchical"|"flat"}`` to force one):
 
-**Hierarchical** (clusters with interchangeable GPUs per node, see :mod:`tsched.solvers._hier`):
-an integer ``node[w]`` per worker, capacities per node, and per traffic pair one boolean per level
-"shares this domain" (reified equalities of ``node`` and of its domain via element constraints).
-The objective maximises the savings ``Σ w_e Δ_ℓ same_ℓ(e)``. Identical nodes (same domains,
-same free GPUs) are ordered by their lowest worker (symmetry breaking; the hint is relabelled
-to match), and the best known lower bound enters as a cut on the savings.
+**Hierarchical** (clusters with interchangeable GPUs per node, see
+:mod:`tsched.solvers.node_model`): an integer ``node[w]`` per worker, capacities per node, and per
+traffic pair one boolean per level "shares this domain" (reified equalities of ``node`` and of its
+domain via element constraints). The objective maximises the savings ``Σ w_e Δ_ℓ same_ℓ(e)``.
+Identical nodes (same domains, same free GPUs) are ordered by their lowest worker (symmetry
+breaking; the hint is relabelled to match), and the best known lower bound enters as a cut on the
+savings.
 
 **Flat** (raw QAPs and small clusters): the Adams–Johnson linearisation, assignment booleans
 ``x[i, k]`` and pair booleans ``y[e, k, l]`` tied to them by ``Σ_l y = x[i, k]``.
@@ -32,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
 from tsched.solvers.base import Assignment, Count, Flag, SolverOutput, keep_better, register
+from tsched.solvers.node_model import HierarchicalView, assignment_from_nodes, prepare_exact
 
 __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
 

@@ -2,7 +2,7 @@
 
 ``options={"backend": "cbc"|"highs"}`` (default ``highs``). Two formulations:
 
-**Hierarchical** (when GPUs of a node are interchangeable, see :mod:`tsched.solvers._hier`):
+**Hierarchical** (when GPUs of a node are interchangeable, see :mod:`tsched.solvers.node_model`):
 binary ``x[w, k]`` (worker w on node k) with capacities, and per traffic pair e and domain g a
 continuous ``s[e, g] ≤ y[i, g], s[e, g] ≤ y[j, g]`` where ``y[i, g] = Σ_{k∈g} x[i, k]``; the
 objective maximises the savings ``Σ w_e Δ_level s[e, g]``. The best known lower bound enters as
@@ -27,8 +27,8 @@ import numpy as np
 
 from tsched.errors import InputError, SolverError
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers._hier import HierarchicalView, assignment_from_nodes, prepare_exact
 from tsched.solvers.base import Assignment, Flag, SolverOutput, keep_better, register
+from tsched.solvers.node_model import HierarchicalView, assignment_from_nodes, prepare_exact
 
 __all__ = ["milp", "BACKENDS"]
 

@@ -9,7 +9,7 @@ bound; 32,768 workers on 131,072 GPUs within 10 s and 3 %. Where ``scotch_gmap``
 installed, Scotch's static mapping of the same problem is a column too
 (:mod:`benchmarks._scotch`; mapping run only, no bound).
 
-    python -m benchmarks.scaling [--quick]
+    python -m benchmarks.solver_scaling [--quick]
 """
 
 from __future__ import annotations
@@ -79,14 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         [
             "# Scaling curve\n",
             f"Machine: {machine()}\n",
-            f"Command: `python -m benchmarks.scaling{' --quick' if args.quick else ''}`\n",
+            f"Command: `python -m benchmarks.solver_scaling{' --quick' if args.quick else ''}`\n",
             "Seconds per fresh problem, bound included (the gap is to tsched's best lower "
             "bound: the packing bound, sparse at any size).\n",
             markdown_table(header, rows) + "\n",
         ]
     )
     print(text)
-    write_result("scaling-quick" if args.quick else "scaling", text)
+    write_result("solver_scaling-quick" if args.quick else "solver_scaling", text)
     return 0
 
 

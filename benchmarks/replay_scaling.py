@@ -8,10 +8,10 @@ GPUs (``models/clusters/fabric-*.yaml``). Each replay is timed in this process, 
 another (median of ``--repeats``), next to what it simulated: jobs, mean wait, and the jobs
 waiting and GPUs busy while jobs arrive, so a fast replay that did not queue shows as such.
 
-Writes ``benchmarks/results/replay_scale.md`` (``-quick``: two clusters, three policies, one
+Writes ``benchmarks/results/replay_scaling.md`` (``-quick``: two clusters, three policies, one
 repeat).
 
-    python -m benchmarks.replay_scale [--quick] [--repeats N]
+    python -m benchmarks.replay_scaling [--quick] [--repeats N]
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 
 from benchmarks._common import machine, markdown_table, write_result
 from benchmarks.cluster_policies import STUDIES, cluster_file, replica_jobs
-from tsched.compare.policies import parse_policies
 from tsched.compare.report import time_mean
+from tsched.compare.runner import parse_policies
 from tsched.compare.simulator import SimConfig, simulate
 
 PHILLY = STUDIES["philly"][0]
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {i}/{len(todo)} {cluster} {adm} {pol}: {rows[-1][7]} s, "
               f"{time.perf_counter() - t0:.0f} s in all", file=sys.stderr, flush=True)  # fmt: skip
     minutes = (time.perf_counter() - t0) / 60
-    cmd = "python -m benchmarks.replay_scale" + (" --quick" if args.quick else "")
+    cmd = "python -m benchmarks.replay_scaling" + (" --quick" if args.quick else "")
     if args.repeats:
         cmd += f" --repeats {args.repeats}"
     loads = "; ".join(f"`{c}`: first {d:g} days at window load {lo:g}" for c, d, lo in cases)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                           "busy", "wall s", "jobs/s"], rows)  # fmt: skip
         + "\n"
     )
-    write_result("replay_scale" + ("-quick" if args.quick else ""), text)
+    write_result("replay_scaling" + ("-quick" if args.quick else ""), text)
     print(text)
     return 0
 

@@ -19,7 +19,7 @@ Measures, side by side in one process (medians of repeats):
    whole CLI (``--method greedy`` and ``auto``) as a subprocess with its wall time and peak
    memory (``ru_maxrss`` of the child).
 
-    python -m benchmarks.scale [--quick]
+    python -m benchmarks.core_at_scale [--quick]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = 1 if args.quick else 3
     lines = [
         f"# Core scale run\n\nMachine: {machine()}\n",
-        f"Command: `python -m benchmarks.scale{' --quick' if args.quick else ''}` "
+        f"Command: `python -m benchmarks.core_at_scale{' --quick' if args.quick else ''}` "
         f"(medians of {repeats} runs)\n",
     ]
 
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append(stages_by_size(args.quick))
     text = "\n".join(lines)
     print(text)
-    write_result("scale", text)
+    write_result("core_at_scale", text)
     return 0
 
 
