@@ -1,10 +1,16 @@
-"""Helpers shared by the benchmark scripts: machine facts, medians, markdown tables."""
+"""Helpers shared by the benchmark scripts: machine facts, medians, markdown tables, and the
+results folder as a record (every report stamped with the commit and command it was measured
+with; plots stored compactly; one report per benchmark, variants as its sections)."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
+import shlex
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
@@ -39,11 +45,104 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_result(name: str, text: str) -> Path:
+#: The line that names a report's commit and command (one per report or section).
+STAMP = re.compile(
+    r"^(?:Measured at|Recorded in) commit `[0-9a-f]{7,40}[^`]*`(?: with `[^`]*`)?\.\n", re.MULTILINE
+)
+#: What marks a section of a report (a variant of the benchmark: another option, seed or setting).
+SECTION = "<!-- section: {} -->"
+
+
+def commit() -> str:
+    """The checked-out commit, short, with ``+changes`` when the tree differs from it (so a
+    report never claims a commit whose code it did not run)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()  # fmt: skip
+
+    head = git("rev-parse", "--short=10", "HEAD") or "unknown"
+    dirty = git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "tsched",
+        "benchmarks/*.py",
+        "pyproject.toml",
+    )
+    return head + ("+changes" if dirty else "")
+
+
+def command() -> str:
+    """The command that is running, as a user would type it (``python -m benchmarks.NAME …``)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    module = spec.name if spec is not None else Path(sys.argv[0]).stem
+    return " ".join(["python -m", module, *map(shlex.quote, sys.argv[1:])])
+
+
+def stamp(text: str, cmd: str | None = None) -> str:
+    """``text`` with the stamp line (commit and command) after its title, replacing an old one."""
+    line = f"Measured at commit `{commit()}` with `{cmd or command()}`."
+    text = STAMP.sub("", text)
+    title, _, rest = text.partition("\n")
+    return f"{title}\n\n{line}\n\n{rest.lstrip(chr(10))}"
+
+
+def write_result(name: str, text: str, *, section: str | None = None) -> Path:
+    """Write the report ``results/NAME.md``, stamped (:func:`stamp`).
+
+    With ``section``, only that section of the report is replaced (or added): a variant of the
+    benchmark (another option, seed or setting) lives in its benchmark's one report instead of a
+    file of its own. Plots in ``results/NAME/`` are stored compactly (:func:`compact_pngs`)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"
-    path.write_text(text)
+    body = stamp(text)
+    if section is not None:
+        old = path.read_text() if path.exists() else f"# {name}\n"
+        block = (f"{SECTION.format(section)}\n## {section}\n\n"
+                 + body.partition("\n")[2].strip("\n") + "\n")  # fmt: skip
+        body = replace_section(old, section, block)
+    path.write_text(body)
+    folder = RESULTS / name
+    if folder.is_dir():
+        compact_pngs(folder)
     return path
+
+
+def replace_section(report: str, section: str, block: str) -> str:
+    """``report`` with section ``section`` (from its marker to the next marker or the end)
+    replaced by ``block``, or ``block`` added at the end.
+
+    >>> r = replace_section("# t\\n", "a", "<!-- section: a -->\\nA1\\n")
+    >>> r = replace_section(r, "b", "<!-- section: b -->\\nB\\n")
+    >>> replace_section(r, "a", "<!-- section: a -->\\nA2\\n")
+    '# t\\n\\n<!-- section: a -->\\nA2\\n\\n<!-- section: b -->\\nB\\n'
+    """
+    marker = re.escape(SECTION.format(section))
+    pattern = re.compile(marker + r".*?(?=<!-- section: |\Z)", re.DOTALL)
+    if pattern.search(report):
+        return (
+            pattern.sub(lambda _: block.rstrip("\n") + "\n\n", report, count=1).rstrip("\n") + "\n"
+        )
+    return report.rstrip("\n") + "\n\n" + block.rstrip("\n") + "\n"
+
+
+def compact_pngs(folder: Path) -> None:
+    """Store every PNG under ``folder`` with a 256-colour palette (plots lose nothing visible
+    and shrink about threefold; the results folder is a record kept in git)."""
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - matplotlib brings Pillow
+        return
+    for png in Path(folder).rglob("*.png"):
+        with Image.open(png) as im:
+            if im.mode == "P":
+                continue
+            small = im.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT,
+                                               dither=Image.Dither.NONE)  # fmt: skip
+        small.save(png, optimize=True)
 
 
 def warm_tabu() -> None:

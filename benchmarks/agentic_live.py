@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(ENGINES),
         help="engine profile of the mocker workers (default: its own timing)",
     )
-    parser.add_argument("--name", default=None, help="result file stem (default from --engine)")
+    parser.add_argument("--name", default=None,
+                        help="section of agentic_live.md (default: the engine; none for mocker)")
     parser.add_argument(
         "--from-csv",
         default=None,
@@ -144,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = []
     profile = ENGINES[args.engine]
-    default = "agentic_live" if args.engine == "mocker" else f"agentic_live-{args.engine}"
-    name = args.name or default
+    # one report, agentic_live.md; another engine or a named variant is a section of it
+    name = args.name or (None if args.engine == "mocker" else args.engine)
     if args.from_csv:
         with open(args.from_csv, newline="") as fh:
             for row in csv.DictReader(fh):
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                             file=sys.stderr,
                             flush=True,
                         )
-    folder = RESULTS / name
+    folder = RESULTS / "agentic_live" / (name or "")
     folder.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(k for r in rows for k in r))
     with open(folder / "runs.csv", "w", newline="") as fh:
@@ -213,7 +214,7 @@ def paired(rows: list[dict[str, Any]], arm: str, ref: str, metric: str) -> str:
 
 
 def write_report(
-    name: str,
+    name: str | None,
     rows: list[dict[str, Any]],
     args: Any,
     levels: list[int],
@@ -296,7 +297,7 @@ def write_report(
                 markdown_table(["difference", "steps/min", "p50 s", "p99 s"], pairs),
                 "",
             ]
-    path = write_result(name, "\n".join(text))
+    path = write_result("agentic_live", "\n".join(text), section=name)
     print(f"wrote {path}", file=sys.stderr)
 
 

@@ -23,7 +23,7 @@ such), timed over the mapping run only.
 
 ``--settle`` answers, for every instance of up to 256 GPUs, whether a remaining gap is the
 plan's or the bound's: ``auto`` at its default budget, then CP-SAT's worker → node model from
-auto's plan for as long as it is given (``benchmarks/results/clusters-settle.md``).
+auto's plan for as long as it is given (section ``settle`` of ``benchmarks/results/clusters.md``).
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def settle(seconds: float) -> int:
             markdown_table(header, rows) + "\n",
         ]
     )
-    write_result("clusters-settle", text)
+    write_result("clusters", text, section="settle")
     return 0
 
 

@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tenure", default="", help="one tenure range for every thread, as fractions lo,hi of n"
     )
-    parser.add_argument("--name", default="", help="result file name (default from the run)")
+    parser.add_argument("--name", default="",
+                        help="a variant: its section of qaplib.md (default: the whole report)")
     parser.add_argument(
         "--option", action="append", default=[], help="a tabu option key=value (repeatable)"
     )
@@ -184,10 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     name = "qaplib-quick" if args.quick else "qaplib"
+    section = args.name.removeprefix("qaplib-") or None
     if args.only:
-        name += "-" + "-".join(sorted(wanted))[:60]
-    name = args.name or name
-    write_result(name, text)
+        section = section or "-".join(sorted(wanted))[:60]
+    write_result(name, text, section=section)
     return 0
 
 

@@ -228,7 +228,7 @@ def _update_sym_gram(f, p, lin, perm, delta, u, v, n_real, a, P, g):  # pragma: 
     a rank-one update of the rows of real facilities (a dummy's row of g is 0 and stays so).
     That is one pass over a k×k table beside the delta update, against the two sums over q
     per facility of :func:`_redo_sym` (three k×k reads): 1.28–1.36 times the moves at
-    k = 50–100 (``benchmarks/results/tabu_gram.md``).
+    k = 50–100 (``tabu_threads.md § gram``).
     The values are those of :func:`_update_sym` exactly on integer tables; on floats the same
     up to rounding, ``g`` being updated where the sums were taken afresh each move."""
     k = perm.shape[0]
@@ -323,7 +323,7 @@ def _update_rows_gram(f, ft, p, pt, lin, perm, delta, u, v, n_real, g, h):  # pr
     columns u and v of both swap, and g gains the outer product of a = fᵀ[u] − fᵀ[v] and
     P = pᵀ[u] − pᵀ[v], h that of b = f[u] − f[v] and Q = p[u] − p[v] (``p`` and ``pt``
     exchanged). Two rank-one passes against four sums over q per facility: 1.12–1.23 times the
-    moves at k = 60–100 (``benchmarks/results/tabu_gram.md``)."""
+    moves at k = 60–100 (``tabu_threads.md § gram``)."""
     k = perm.shape[0]
     nq = min(k, n_real)
     a = ft[u] - ft[v]
@@ -459,7 +459,7 @@ def tabu_search(
     The tables take the type of ``f``, ``d``, ``lin`` and ``delta``: float64, or int32 for
     integer data whose deltas fit (:func:`tsched.solvers.tabu.kernel_dtype`), where a move costs
     less (twice the lanes a vector instruction, half the memory traffic; 1.1–1.4 times the
-    moves at k = 50–100 in ``benchmarks/results/tabu_tables.md``) and every delta is exact, so
+    moves at k = 50–100 in ``tabu_threads.md § tables``) and every delta is exact, so
     the moves are those of the float64 kernel. ``huge`` must then be larger than any delta and
     of their type (:data:`HUGE` for floats, :data:`INT_HUGE` for int32). A given ``gram``, of
     the tables' type and shape (1, k, k) with ``sym`` (``f·pᵀ`` for ``p = d[perm][:, perm]``),

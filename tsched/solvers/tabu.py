@@ -328,7 +328,7 @@ def dense_tables(
 #: Whether the kernel takes the exchanged facilities' pairs from Gram tables kept current
 #: (``_local_kernel._update_sym_gram``, ``_update_rows_gram``) rather than summing them afresh
 #: each move: the same moves (exactly, on integer tables), at a faster pace
-#: (``benchmarks/results/tabu_gram.md``); off only for that ablation.
+#: (``tabu_threads.md § gram``); off only for that ablation.
 GRAM = True
 
 #: Largest bound on a delta (and on every partial sum the kernel keeps) for the int32 kernel:
@@ -416,7 +416,7 @@ def one_blas_thread() -> Any:
 #: robust one does better on most sko, wil and lipa instances and on tai40a and tai50a, the
 #: short one on tai80a and tai100a; over the 21 instances a single-threaded search had missed,
 #: one thread of each did better on average than two of either, with long runs in both (one
-#: seed each: ``benchmarks/results/qaplib-robust.md`` and ``qaplib-short.md`` each range in
+#: seed each: ``qaplib.md § robust`` and ``qaplib.md § short`` each range in
 #: both threads).
 TENURES = ((0.9, 1.1), (0.05, 0.15))
 #: Each thread's restarts, in the order of :data:`TENURES`: the longest chunk (moves per
@@ -427,10 +427,10 @@ TENURES = ((0.9, 1.1), (0.05, 0.15))
 #: short jumps search near the best plan, long ones leave its basin). The real-life-like tai*b
 #: instances need the long jumps; the lipa*a instances need the long runs: with both threads
 #: iterated, lipa70a/80a/90a are 0.366/0.321/0.438 % above their best known at 10 s (mean of
-#: seeds 1-3, ``benchmarks/results/qaplib-restarts-iterated.md``), with this portfolio
-#: 0.000/0.158/0.144 % (``qaplib-restarts.md``). On the 23 hardest QAPLIB instances, three
-#: seeds each at 10 s, the mean gap is 0.185 % (``qaplib-restarts.md``) against 0.243 % with
-#: long runs and small jumps in both threads (``qaplib-restarts-fixed.md``): the gain is tai*b's;
+#: seeds 1-3, ``qaplib.md § restarts-iterated``), with this portfolio
+#: 0.000/0.158/0.144 % (``qaplib.md § restarts``). On the 23 hardest QAPLIB instances, three
+#: seeds each at 10 s, the mean gap is 0.185 % (``qaplib.md § restarts``) against 0.243 % with
+#: long runs and small jumps in both threads (``qaplib.md § restarts-fixed``): the gain is tai*b's;
 #: over the 23 the difference is not significant (12 better, 10 worse).
 RESTARTS = ((CHUNK_CAP, PERTURB), (20, (0.125, 0.5)))
 #: Each thread's share of the chunks without gain that start from a :func:`crossover` of two of
@@ -439,7 +439,7 @@ RESTARTS = ((CHUNK_CAP, PERTURB), (20, (0.125, 0.5)))
 #: good plans starts a chunk in a new basin that keeps what they share. Kept for tai100a,
 #: where the search stalls in one basin longest: at 30 s it is 0.528 % above its best known
 #: value with crossovers and 0.615 % without (mean of seeds 0-5, one run each, no interval:
-#: ``benchmarks/results/qaplib-taia-30.md`` and ``qaplib-taia-30-nocross.md``). It is no
+#: ``qaplib.md § taia-30`` and ``qaplib.md § taia-30-nocross``). It is no
 #: general gain: the means of tai50a and tai80a are higher with it (0.496 against 0.433 %, 0.695
 #: against 0.683 %; no interval either), and over the 18 runs they are equal (0.573 and
 #: 0.577 %). Taillard's thread keeps its jumps: its long chunks give few plans to breed from,
