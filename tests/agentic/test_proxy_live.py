@@ -157,8 +157,7 @@ def test_clients_that_disconnect_leave_nothing_held_after_the_ttl(replicas):
         # one client leaves mid-call (a 400-token answer takes seconds), others while queued
         slow = s.post(f"{url}/v1/completions", json=completion("gone", 3000, 7, out=400))
         task = asyncio.create_task(slow.__aenter__())
-        await asyncio.sleep(0.5)
-        assert sched.programs["gone"].inflight == 1
+        await until(lambda: "gone" in sched.programs and sched.programs["gone"].inflight == 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -166,8 +165,7 @@ def test_clients_that_disconnect_leave_nothing_held_after_the_ttl(replicas):
         for k in range(6):  # 6 × 3k tokens cannot all fit 2 × 8k: some wait in the queue
             call = s.post(f"{url}/v1/completions", json=completion(f"q{k}", 3000, 20 + k, out=200))
             waiting.append(asyncio.create_task(call.__aenter__()))
-        await asyncio.sleep(1.0)
-        assert any(p.pending for p in sched.programs.values())
+        await until(lambda: any(p.pending for p in sched.programs.values()))
         for t in waiting:
             t.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
@@ -181,6 +179,15 @@ def test_clients_that_disconnect_leave_nothing_held_after_the_ttl(replicas):
         assert state.counts["disconnects"] >= 2
 
     asyncio.run(with_proxy(replicas.urls, body, tick_seconds=0.2, idle_ttl=1.0))
+
+
+async def until(condition, timeout: float = 30.0) -> None:
+    """Wait for ``condition()`` to hold (checked every 20 ms on the event loop, so the proxy
+    runs between checks); fail the test if it does not within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)
 
 
 async def first_calls(s, url, state, prefix: str, tokens: int, seed: int) -> dict[str, int]:
@@ -207,7 +214,7 @@ def test_a_replica_that_dies_fails_its_calls_clearly_and_its_programs_move(tmp_p
                 s.post(f"{url}/v1/completions",
                        json=completion(victims[0], 700, 50, out=2000)).__aenter__()
             )  # fmt: skip
-            await asyncio.sleep(1.0)
+            await until(lambda: state.sched.programs[victims[0]].inflight == 1)
             await asyncio.to_thread(reps.kill_replica, 0)
             resp = await long_call
             err = json.loads(await resp.read())

@@ -182,7 +182,7 @@ def test_the_shipped_tiny_model_is_what_the_builder_writes() -> None:
 def test_example_service_specs_parse() -> None:
     from tsched.backends.dynamo import read_spec
 
-    for path in sorted((Path(__file__).parents[1] / "models" / "services").glob("*.yaml")):
+    for path in sorted((Path(__file__).parents[2] / "models" / "services").glob("*.yaml")):
         spec = read_spec(path)
         assert service_workload(spec).workers >= 1, path
 

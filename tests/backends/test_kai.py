@@ -34,8 +34,8 @@ from tsched.errors import ExecutorError, InputError  # noqa: E402
 from tsched.formats.topograph import labels_from_cluster  # noqa: E402
 from tsched.plan import Plan, PlanEntry, read_plan  # noqa: E402
 
-DATA = Path(__file__).parent / "data" / "kai"
-ROOT = Path(__file__).parents[1]
+DATA = Path(__file__).parents[2] / "data" / "kai"
+ROOT = Path(__file__).parents[2]
 H200 = ROOT / "models" / "clusters" / "hgx-h200-16node.yaml"
 GOLDEN = {
     "golden-llama3-8b-dgx.yaml": (
