@@ -4,15 +4,16 @@
     python -m benchmarks.pictures
 
 writes ``benchmarks/results/pictures/{default,serving,fabric-16384}.png`` and the command
-(``COMMAND.txt``)."""
+(``COMMAND.txt``, with the commit), and copies the pictures to ``docs/img/`` for the docs site."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 
 import tsched
-from benchmarks._common import RESULTS, ROOT
+from benchmarks._common import RESULTS, ROOT, commit, compact_pngs
 from tsched.show import write_picture
 
 CASES = (
@@ -34,7 +35,12 @@ def main() -> None:
         plan = tsched.solve(problem, method=method, seed=0).plan()
         path = write_picture(plan, cluster, out / f"{name}.png", workload)
         print(f"{path.relative_to(ROOT)}: {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    (out / "COMMAND.txt").write_text("python -m benchmarks.pictures\n")
+    compact_pngs(out)
+    (out / "COMMAND.txt").write_text(f"python -m benchmarks.pictures (commit {commit()})\n")
+    docs = ROOT / "docs" / "img"
+    docs.mkdir(parents=True, exist_ok=True)
+    for name, *_ in CASES:
+        shutil.copyfile(out / f"{name}.png", docs / f"{name}.png")
 
 
 if __name__ == "__main__":

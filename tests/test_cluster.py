@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import DATA, MODELS, small_cluster
 
+from tests.conftest import DATA, MODELS, small_cluster
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import InputError
 from tsched.formats.cluster_yaml import (

@@ -6,9 +6,9 @@ import datetime as dt
 import json
 
 import pytest
-from conftest import MODELS
 
 import tsched
+from tests.conftest import MODELS
 from tsched.cli import main
 from tsched.explain import explain, explain_lines
 from tsched.problem import PlacementProblem

@@ -8,7 +8,8 @@ import ast
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+
+from tests.conftest import ROOT
 
 PACKAGE = ROOT / "tsched"
 #: DESIGN.md's layer table, top to bottom: a module imports only from its own part or from a

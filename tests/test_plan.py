@@ -3,9 +3,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import small_cluster
 
 import tsched
+from tests.conftest import small_cluster
 from tsched.errors import InputError
 from tsched.plan import Plan, plan_table, read_plan, relative_gap, write_plan
 from tsched.problem import PlacementProblem

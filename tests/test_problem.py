@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import small_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import small_cluster
 from tsched.errors import InputError
 from tsched.problem import (
     PlacementProblem,
@@ -154,8 +154,7 @@ def test_qap_matrix_errors() -> None:
 @given(qap_instances())
 @settings(max_examples=60, deadline=None)
 def test_basic_bound_never_above_brute_force(case) -> None:
-    from conftest import brute_force
-
+    from tests.conftest import brute_force
     from tsched.solvers.bounds import basic_bound
 
     problem, _, _ = case

@@ -8,9 +8,9 @@ import re
 
 import numpy as np
 import pytest
-from conftest import MODELS
 
 import tsched
+from tests.conftest import MODELS
 from tsched.cli import main
 from tsched.errors import InputError
 from tsched.plan import Plan, PlanEntry, write_plan

@@ -1,6 +1,6 @@
-"""The README's "Try it on one machine" block, run as written: every `$` line in order, on a
-sandbox of its own, each step checked for its exit code and one fact of its output; at the end
-nothing may be left running, reserved or listening.
+"""The "Try it on one machine" block of the docs (docs/getting-started.md), run as written:
+every `$` line in order, on a sandbox of its own, each step checked for its exit code and one
+fact of its output; at the end nothing may be left running, reserved or listening.
 
 Install steps (`pip install …`) run in the clone's root, where they must be run; every other step
 runs in a fresh folder holding a link to the clone's `models/` and `scripts/`, so the files the
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, listening
 
+from tests.conftest import ROOT, listening
 from tsched.backends.guardian import pid_alive
 
 HAS_TOOLS = all(
@@ -27,7 +27,8 @@ HAS_TOOLS = all(
 )  # fmt: skip
 
 #: One fact per step, found by the command's first words: a regular expression its standard
-#: output must match. A README step with no entry here fails the test (say what it should show).
+#: output must match. A walkthrough step with no entry here fails the test (say what it should
+#: show).
 FACTS = {
     "pip install": r"install-dynamo: ai-dynamo [\d.]+ installed into ",
     "tsched solve": r"status optimal  objective [\d.]+ s/iteration  bound [\d.]+ s  gap 0\.00%",
@@ -57,7 +58,7 @@ def fact_for(command: str) -> str:
 
 
 def test_the_walkthrough_block_is_where_the_test_looks() -> None:
-    commands = walkthrough_commands((ROOT / "README.md").read_text())
+    commands = walkthrough_commands((ROOT / "docs" / "getting-started.md").read_text())
     assert commands[0].startswith("pip install") and commands[-1] == "tsched sandbox down"
     assert "tsched sandbox up" in commands and "tsched dynamo down tiny-agg" in commands
     for command in commands:
@@ -66,11 +67,13 @@ def test_the_walkthrough_block_is_where_the_test_looks() -> None:
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.skipif(not HAS_TOOLS, reason="needs ray, psutil and Dynamo (README test command)")
+@pytest.mark.skipif(
+    not HAS_TOOLS, reason="needs ray, psutil and Dynamo (the README's test command)"
+)
 def test_the_readme_walkthrough_runs_verbatim(tmp_path) -> None:
     from tsched.backends.sandbox import sandbox_processes
 
-    commands = walkthrough_commands((ROOT / "README.md").read_text())
+    commands = walkthrough_commands((ROOT / "docs" / "getting-started.md").read_text())
     if listening(8000):
         pytest.fail("port 8000 is taken; the walkthrough's service listens there")
     work = tmp_path / "work"

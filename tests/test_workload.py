@@ -4,9 +4,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import MODELS
 
 import tsched
+from tests.conftest import MODELS
 from tsched.errors import InputError
 from tsched.formats.workload_yaml import parse_workload_text, read_workload, write_workload
 from tsched.workload import Layout, ModelSpec, PoolSpec, ServingSpec, Workload

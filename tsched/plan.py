@@ -292,12 +292,34 @@ def _clean(x: float | None) -> float | None:
 
 
 def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
-    """Write a plan as JSON, atomically: the old file stays whole if anything fails."""
+    """Write a plan as JSON, atomically: the old file stays whole if anything fails.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, tsched
+    >>> problem = tsched.PlacementProblem.build(tsched.load_cluster("dgx-h100-4node"),
+    ...                                         tsched.load_workload("llama3-8b-tp4-pp2-dp2"))
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "plan.json"
+    >>> tsched.write_plan(tsched.solve(problem, method="greedy").plan(), path)
+    >>> tsched.read_plan(path).status
+    'optimal'
+    """
     atomic_write_text(Path(path), plan.to_json())
 
 
 def read_plan(path: str | os.PathLike[str]) -> Plan:
-    """Read a ``plan/v1`` JSON file; errors name the file and field."""
+    """Read a ``plan/v1`` JSON file; errors name the file and field.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, tsched
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "plan.json"
+    >>> _ = path.write_text('{"tsched": "plan/v1", "cluster": "c", "workload": "w"}')
+    >>> tsched.read_plan(path)
+    Traceback (most recent call last):
+    ...
+    tsched.errors.InputError: ...: missing required key 'status'
+    """
     text = read_text(path, "plan")
     try:
         data = json.loads(text)

@@ -445,6 +445,14 @@ def objective(problem: PlacementProblem, assignment: np.ndarray) -> float:
     """Σ gb · D[a[i], a[j]] over traffic edges (+ the linear term): seconds per iteration.
 
     O(edges) time and memory; no dense distance matrix is built for cluster problems.
+
+    Examples
+    --------
+    >>> import numpy as np, tsched
+    >>> problem = tsched.PlacementProblem.from_qap(np.array([[0, 3], [1, 0]]),
+    ...                                            np.array([[0, 2], [2, 0]]))
+    >>> tsched.objective(problem, np.array([0, 1]))
+    8.0
     """
     a = np.asarray(assignment, dtype=np.int64)
     total = float(np.dot(problem.gb, problem.pair_distance(a[problem.src], a[problem.dst])))
@@ -459,6 +467,15 @@ def cost_by_link(problem: PlacementProblem, assignment: np.ndarray) -> dict[str,
     For raw QAPs (no cluster) everything is reported under ``"qap"``. Classes that carry no
     traffic are omitted; a workload's per-GPU costs are reported under ``"gpu_costs"``; values
     sum to :func:`objective`.
+
+    Examples
+    --------
+    >>> import tsched
+    >>> problem = tsched.PlacementProblem.build(tsched.load_cluster("dgx-h100-4node"),
+    ...                                         tsched.load_workload("llama3-8b-tp4-pp2-dp2"))
+    >>> plan = tsched.solve(problem, method="greedy").assignment
+    >>> sorted(tsched.cost_by_link(problem, plan))
+    ['leaf', 'nvlink']
     """
     a = np.asarray(assignment, dtype=np.int64)
     if problem.cluster is None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from agentic_helpers import call
 
+from tests.agentic.agentic_helpers import call
 from tsched.agentic.engine import PRESETS as ENGINES
 from tsched.agentic.engine import EngineProfile, Poly, mocker_args, parse_engine_profile
 from tsched.agentic.sim import Engine, _Call

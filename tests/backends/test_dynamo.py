@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import listening, with_marks
 
 import tsched
+from tests.conftest import listening, with_marks
 from tsched.backends.dynamo import (
     dynamo_processes,
     free_port,

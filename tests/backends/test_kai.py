@@ -1,5 +1,5 @@
 """KAI adapter: manifests against the real CRD schemas and client models; the client against a
-loopback double of the Kubernetes API (tests/k8s_double.py) through the real `kubernetes`
+loopback double of the Kubernetes API (tests/backends/k8s_double.py) through the real `kubernetes`
 client. Contract tests: they show the adapter speaks the API correctly, not how KAI schedules."""
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import yaml
 pytest.importorskip("kubernetes")
 pytest.importorskip("jsonschema")
 
-from k8s_double import TOKEN, ApiDouble  # noqa: E402
-
 import tsched  # noqa: E402
+from tests.backends.k8s_double import TOKEN, ApiDouble  # noqa: E402
 from tsched.backends.kai import (  # noqa: E402
     JOB_LABEL,
     PLAN_LABEL,
@@ -34,7 +33,7 @@ from tsched.errors import ExecutorError, InputError  # noqa: E402
 from tsched.formats.topograph import labels_from_cluster  # noqa: E402
 from tsched.plan import Plan, PlanEntry, read_plan  # noqa: E402
 
-DATA = Path(__file__).parents[2] / "data" / "kai"
+DATA = Path(__file__).parents[1] / "data" / "kai"
 ROOT = Path(__file__).parents[2]
 H200 = ROOT / "models" / "clusters" / "hgx-h200-16node.yaml"
 GOLDEN = {

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MODELS, listening, with_marks
 
 import tsched
+from tests.conftest import MODELS, listening, with_marks
 from tsched.backends.ray import gpu_resource, ray_start_argv, ray_start_lines
 from tsched.cli import main
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sim_helpers import G4DN, TRACES
-
+from tests.compare.sim_helpers import G4DN, TRACES
 from tsched.cli import main
 from tsched.compare.records import (
     read_records,

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 import yaml
-from conftest import DATA
 
 import tsched
+from tests.conftest import DATA
 from tsched.cli import main
 from tsched.formats.k8s_topology import validate as validate_topology
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import MODELS, QAPLIB
 
+from tests.conftest import MODELS, QAPLIB
 from tsched.cli import main
 
 

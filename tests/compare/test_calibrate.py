@@ -6,9 +6,9 @@ import json
 from dataclasses import replace
 
 import pytest
-from sim_helpers import G4DN, TRACES
 
 import tsched
+from tests.compare.sim_helpers import G4DN, TRACES
 from tsched.cli import main
 from tsched.compare.calibrate import calibrate, fit_app, read_placements
 from tsched.compare.jobmodel import (

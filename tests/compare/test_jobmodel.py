@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from sim_helpers import G4DN
 
 import tsched
+from tests.compare.sim_helpers import G4DN
 from tsched.compare.calibrate import load_jobmodel
 from tsched.compare.jobmodel import (
     AppModel,

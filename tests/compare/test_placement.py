@@ -6,9 +6,19 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from rule_helpers import BUSY, MODELS, busy_for_good, fabric, mixed, replay, rule_job, sim, view
 
 import tsched
+from tests.compare.rule_helpers import (
+    BUSY,
+    MODELS,
+    busy_for_good,
+    fabric,
+    mixed,
+    replay,
+    rule_job,
+    sim,
+    view,
+)
 from tsched.compare.placement import (
     View,
     _best_fit,

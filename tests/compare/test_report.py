@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from sim_helpers import job, run
 
+from tests.compare.sim_helpers import job, run
 from tsched.compare.report import write_report
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from rule_helpers import BUSY, fabric, view
-from sim_helpers import FLAT, G4DN, TRACES, job, one_node
 
 import tsched
+from tests.compare.rule_helpers import BUSY, fabric, view
+from tests.compare.sim_helpers import FLAT, G4DN, TRACES, job, one_node
 from tsched.compare.jobmodel import (
     CollectiveModel,
 )

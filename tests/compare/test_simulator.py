@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rule_helpers import COMM, FLAT, MODELS, busy_for_good, fabric, mixed, replay, rule_job, sim
-from sim_helpers import job, one_node, run
 
 import tsched
+from tests.compare.rule_helpers import (
+    COMM,
+    FLAT,
+    MODELS,
+    busy_for_good,
+    fabric,
+    mixed,
+    replay,
+    rule_job,
+    sim,
+)
+from tests.compare.sim_helpers import job, one_node, run
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.compare.jobmodel import (
     AppModel,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rule_helpers import fabric, rule_job, sim
 
+from tests.compare.rule_helpers import fabric, rule_job, sim
 from tsched.compare.runner import parse_policies
 from tsched.compare.simulator import SimConfig
 from tsched.compare.study import (

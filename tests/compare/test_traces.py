@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from sim_helpers import TRACES
 
+from tests.compare.sim_helpers import TRACES
 from tsched.compare.traces import detect_format, load_trace
 from tsched.errors import InputError
 

@@ -6,9 +6,9 @@ import datetime as dt
 from dataclasses import replace
 
 import pytest
-from conftest import DATA
 
 import tsched
+from tests.conftest import DATA
 from tsched.formats.nccl_tests import (
     apply_measurement,
     check_fresh,

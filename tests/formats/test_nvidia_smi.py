@@ -6,9 +6,9 @@ import re
 
 import numpy as np
 import pytest
-from conftest import DATA
 
 import tsched
+from tests.conftest import DATA
 from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo, read_topo
 from tsched.workload import Workload
 

@@ -4,8 +4,8 @@ import csv
 
 import numpy as np
 import pytest
-from conftest import QAPLIB
 
+from tests.conftest import QAPLIB
 from tsched.errors import InputError
 from tsched.formats.qaplib import qap_cost, read_dat, read_sln
 from tsched.problem import PlacementProblem, objective

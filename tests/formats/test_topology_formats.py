@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, MODELS
 
 import tsched
+from tests.conftest import DATA, MODELS
 from tsched.formats.k8s_topology import topology_object, validate
 from tsched.formats.slurm import (
     blocks_from_cluster,

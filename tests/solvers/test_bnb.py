@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import QAPLIB, brute_force
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 
 import tsched
+from tests.conftest import QAPLIB, brute_force
 from tsched.formats.qaplib import read_dat
 from tsched.problem import PlacementProblem
 from tsched.solvers import _bnb_kernel as kernel

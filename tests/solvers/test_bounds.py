@@ -6,10 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
-from conftest import brute_force, fabric, nvl72_tp4_pp4_dp8
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import brute_force, fabric, nvl72_tp4_pp4_dp8
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds import (

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import MODELS, fabric, moe_problem
 
 import tsched
+from tests.conftest import MODELS, fabric, moe_problem
 from tsched.cli import main
 from tsched.errors import InputError
 from tsched.problem import PlacementProblem

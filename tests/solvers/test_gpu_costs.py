@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import MODELS, brute_force, small_cluster
 
 import tsched
+from tests.conftest import MODELS, brute_force, small_cluster
 from tsched.errors import InputError
 from tsched.formats.workload_yaml import parse_workload_text, read_workload, write_workload
 from tsched.problem import PlacementProblem, cost_by_link, objective

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import brute_force, fabric, moe_problem, nvl72_tp4_pp4_dp8, small_cluster
 
 import tsched
+from tests.conftest import brute_force, fabric, moe_problem, nvl72_tp4_pp4_dp8, small_cluster
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers import _sparse_kernel as K

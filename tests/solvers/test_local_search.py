@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import QAPLIB, moe_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsched
+from tests.conftest import QAPLIB, moe_problem
 from tsched.formats.qaplib import read_dat
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers import _local_kernel as kernel
@@ -476,8 +476,7 @@ def test_threads_option_is_checked() -> None:
 def test_reaching_the_bound_ends_a_threaded_solve_early() -> None:
     """From a scrambled start on a job whose optimum the bound proves, two threads end the solve
     proved long before its time limit."""
-    from conftest import fabric
-
+    from tests.conftest import fabric
     from tsched.workload import Layout, ModelSpec, Workload
 
     model = ModelSpec(params_b=7, hidden=4096, layers=32, seq_len=4096, micro_batches=8)

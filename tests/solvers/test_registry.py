@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import QAPLIB, brute_force, small_cluster
 
+from tests.conftest import QAPLIB, brute_force, small_cluster
 from tsched.errors import InputError, SolverNotAvailableError
 from tsched.formats.qaplib import read_dat
 from tsched.problem import PlacementProblem, objective
@@ -218,8 +218,7 @@ def test_auto_records_its_choice() -> None:
 
 
 def test_auto_stops_at_the_asked_gap() -> None:
-    from conftest import fabric
-
+    from tests.conftest import fabric
     from tsched.errors import InputError
     from tsched.workload import Workload
 

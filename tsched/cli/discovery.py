@@ -24,6 +24,8 @@ CONVERT_FORMATS = (
     "k8s-labels",
     "kai-topology",
     "kueue-topology",
+    "graphml",
+    "node-link",
 )
 
 
@@ -191,6 +193,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         text = slurm.write_tree(tree_from_cluster(cluster))
     elif fmt == "slurm-block":
         text = slurm.write_block(slurm.blocks_from_cluster(cluster))
+    elif fmt in ("graphml", "node-link"):
+        from tsched.formats.graph import graph_text
+
+        text = graph_text(cluster, fmt)
     elif fmt == "k8s-labels":
         labels = topograph.labels_from_cluster(cluster, args.label_scheme)
         text = json.dumps(topograph.nodes_document(labels), indent=2) + "\n"

@@ -58,6 +58,15 @@ def read_cluster(path: str | os.PathLike[str]) -> Cluster:
     InputError
         Missing file, YAML syntax error (with line and column), unknown key (with its path),
         or a semantic error (undefined node type, bad bandwidth, busy index out of range …).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, tsched
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "cluster.yaml"
+    >>> tsched.write_cluster(tsched.load_cluster("dgx-h100-4node"), path)
+    >>> cluster = tsched.read_cluster(path)
+    >>> cluster.name, cluster.n_nodes, cluster.levels
+    ('dgx-h100-4node', 4, ('leaf', 'spine'))
     """
     text = read_text(path, "cluster")
     return parse_cluster_text(text, str(path))
@@ -362,7 +371,16 @@ def _link_dict(link: LinkClass) -> dict[str, Any]:
 
 
 def write_cluster(cluster: Cluster, path: str | os.PathLike[str]) -> None:
-    """Write ``cluster`` as ``cluster/v1`` YAML, atomically (old file intact on failure)."""
+    """Write ``cluster`` as ``cluster/v1`` YAML, atomically (old file intact on failure).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, tsched
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "pcie.yaml"
+    >>> tsched.write_cluster(tsched.load_cluster("pcie-8gpu"), path)
+    >>> path.read_text().splitlines()[0]
+    'tsched: cluster/v1'
+    """
     atomic_write_text(Path(path), dump_yaml(cluster_to_dict(cluster)))
 
 

@@ -86,7 +86,20 @@ _EDGE_KEYS = frozenset(("src", "dst", "gb"))
 
 
 def read_workload(path: str | os.PathLike[str]) -> Workload:
-    """Read a ``workload/v1`` YAML file; errors name the file and field."""
+    """Read a ``workload/v1`` YAML file; errors name the file and field.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, tsched
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "ring.yaml"
+    >>> lines = ["tsched: workload/v1", "name: ring", "workers: 3", "traffic:",
+    ...          "  - {src: 0, dst: 1, gb: 2}", "  - {src: 1, dst: 2, gb: 2}",
+    ...          "  - {src: 2, dst: 0, gb: 2}"]
+    >>> _ = path.write_text("\\n".join(lines))
+    >>> workload = tsched.read_workload(path)
+    >>> workload.workers, float(workload.gb.sum())
+    (3, 6.0)
+    """
     text = read_text(path, "workload")
     return parse_workload_text(text, str(path), base=Path(path).parent)
 
@@ -593,7 +606,16 @@ def workload_to_dict(workload: Workload) -> dict[str, Any]:
 
 
 def write_workload(workload: Workload, path: str | os.PathLike[str]) -> None:
-    """Write ``workload`` as ``workload/v1`` YAML, atomically."""
+    """Write ``workload`` as ``workload/v1`` YAML, atomically.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, tsched
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "job.yaml"
+    >>> tsched.write_workload(tsched.load_workload("llama3-8b-tp4-pp2-dp2"), path)
+    >>> tsched.read_workload(path).workers
+    16
+    """
     atomic_write_text(Path(path), dump_yaml(workload_to_dict(workload)))
 
 

@@ -230,13 +230,29 @@ def _load_builtin() -> None:
 
 
 def solvers() -> dict[str, SolverInfo]:
-    """All registered solvers by name, in registration order."""
+    """All registered solvers by name, in registration order (``tsched.methods``).
+
+    Examples
+    --------
+    >>> import tsched
+    >>> table = tsched.methods()
+    >>> "auto" in table and "cpsat" in table, table["cpsat"].exact
+    (True, True)
+    """
     _load_builtin()
     return dict(_REGISTRY)
 
 
 def get_solver(method: str) -> SolverInfo:
-    """The solver called ``method``; :class:`InputError` listing the valid names otherwise."""
+    """The solver called ``method``; :class:`InputError` listing the valid names otherwise.
+
+    Examples
+    --------
+    >>> import tsched
+    >>> info = tsched.get_solver("greedy")
+    >>> info.name, info.exact, info.provides_bound
+    ('greedy', False, False)
+    """
     table = solvers()
     if method not in table:
         raise InputError(
