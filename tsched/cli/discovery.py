@@ -24,6 +24,7 @@ CONVERT_FORMATS = (
     "k8s-labels",
     "kai-topology",
     "kueue-topology",
+    "topograph",
     "graphml",
     "node-link",
 )
@@ -197,8 +198,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         from tsched.formats.graph import graph_text
 
         text = graph_text(cluster, fmt)
-    elif fmt == "k8s-labels":
-        labels = topograph.labels_from_cluster(cluster, args.label_scheme)
+    elif fmt in ("k8s-labels", "topograph"):  # topograph: the current Topograph label scheme
+        scheme = "topograph" if fmt == "topograph" else args.label_scheme
+        labels = topograph.labels_from_cluster(cluster, scheme)
         text = json.dumps(topograph.nodes_document(labels), indent=2) + "\n"
     else:
         flavour = "kai" if fmt == "kai-topology" else "kueue"

@@ -195,13 +195,30 @@ def cluster_from_labels(
     intra_link: LinkClass | None = None,
     node_types: dict[str, NodeType] | None = None,
 ) -> Cluster:
-    """A cluster from (node name, labels) pairs. Every labelled level must be on every node.
+    """A cluster from (node name, labels) pairs.
 
-    ``node_types`` (node name → type) gives nodes a type of their own (mixed GPU counts);
-    the others get ``node_type``.
+    Every fabric tier a node list carries must be on every node, without a gap (Topograph writes
+    the tiers its configuration enables, for every node). The accelerator domain and sub-domain
+    are per node, as Topograph writes them: a node outside any NVLink domain (a plain server on
+    the same leaves as NVL72 racks) carries neither, and is a domain of its own at that level,
+    priced by the level above; a sub-domain is a level between the node and its domain, and one
+    sub-domain lies in one domain. ``node_types`` (node name → type) gives nodes a type of their
+    own (mixed GPU counts); the others get ``node_type``.
+
+    Examples
+    --------
+    >>> nodes = [("rack1-a", {"accelerator.topograph.run/domain": "nvl1",
+    ...                       "fabric.topograph.run/tier-0": "leaf1"}),
+    ...          ("rack1-b", {"accelerator.topograph.run/domain": "nvl1",
+    ...                       "fabric.topograph.run/tier-0": "leaf1"}),
+    ...          ("server", {"fabric.topograph.run/tier-0": "leaf1"})]
+    >>> cluster = cluster_from_labels(nodes, "mixed", "nodes.json")
+    >>> cluster.levels, [dict(n.at) for n in cluster.nodes][2]
+    (('nvl', 'leaf'), {'leaf': 'leaf1'})
     """
     scheme = _detect([lab for _, lab in nodes])
     accel, tiers = SCHEMES[scheme]
+    _check_nodes(nodes, accel, source)
     if scheme == "topograph":
         tiers = fabric_tiers({k for _, lab in nodes for k in lab}, source)
     present = [t for t in tiers if any(t in lab for _, lab in nodes)]
@@ -210,8 +227,6 @@ def cluster_from_labels(
             f"{source}: label {tiers[len(present) - 1] if present else tiers[0]!r} is missing "
             f"on every node but higher tiers are set ({scheme} labels)"
         )
-    has_accel = any(accel in lab for _, lab in nodes)
-    has_sub = scheme == "topograph" and any(SUB_DOMAIN_LABEL in lab for _, lab in nodes)
     tiers_of: dict[str, set[str]] = {}
     for _, lab in nodes:
         for tier in present:
@@ -226,10 +241,11 @@ def cluster_from_labels(
             chain.append(
                 value if len(tiers_of[value]) == 1 else f"{tier.rsplit('/', 1)[1]}-{value}"
             )
-        if has_accel:
-            tree.domains[node] = _require(nodes, index, node, accel, source)
-        if has_sub:
-            tree.sub_domains[node] = _require(nodes, index, node, SUB_DOMAIN_LABEL, source)
+        labels = nodes[index][1]
+        if accel in labels:
+            tree.domains[node] = labels[accel]
+        if scheme == "topograph" and SUB_DOMAIN_LABEL in labels:
+            tree.sub_domains[node] = labels[SUB_DOMAIN_LABEL]
         if not chain:
             chain = ["fabric=all"]
         for k, switch in enumerate(chain):
@@ -240,6 +256,40 @@ def cluster_from_labels(
                 kids.append(chain[k - 1])
     cluster = cluster_from_tree(tree, name, source, node_type, intra_link)
     return _with_node_types(cluster, node_types) if node_types else cluster
+
+
+def _check_nodes(nodes: list[tuple[str, dict[str, str]]], accel: str, source: str) -> None:
+    """One-line errors naming the node and the label: a node listed twice, a fabric tier
+    skipped on a node, a sub-domain without a domain, a sub-domain in two domains."""
+    seen: dict[str, int] = {}
+    domain_of_sub: dict[str, tuple[str, str]] = {}
+    for index, (node, labels) in enumerate(nodes):
+        where = f"{source}: items[{index}] (node {node!r})"
+        if node in seen:
+            raise InputError(f"{where}: listed twice (also items[{seen[node]}])")
+        seen[node] = index
+        numbers = sorted(int(m.group(1)) for k in labels if (m := _TIER.match(k)))
+        if numbers and numbers != list(range(numbers[0], numbers[-1] + 1)):
+            gap = next(k for k in range(numbers[0], numbers[-1]) if k not in numbers)
+            raise InputError(
+                f"{where}: label 'fabric.topograph.run/tier-{gap}' is missing between tiers "
+                f"{numbers[0]} and {numbers[-1]} (a tier is skipped)"
+            )
+        sub = labels.get(SUB_DOMAIN_LABEL)
+        if sub is None:
+            continue
+        domain = labels.get(accel)
+        if domain is None:
+            raise InputError(
+                f"{where}: label {SUB_DOMAIN_LABEL}={sub!r} without {accel!r} (a sub-domain "
+                "lies in an accelerator domain)"
+            )
+        first = domain_of_sub.setdefault(sub, (domain, node))
+        if first[0] != domain:
+            raise InputError(
+                f"{where}: label {SUB_DOMAIN_LABEL}={sub!r} puts it in domain {domain!r}, but "
+                f"node {first[1]!r} has it in domain {first[0]!r} (a sub-domain is in one domain)"
+            )
 
 
 def _with_node_types(cluster: Cluster, node_types: dict[str, NodeType]) -> Cluster:
