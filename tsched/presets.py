@@ -216,12 +216,17 @@ def load_workload(source: str | os.PathLike[str]) -> Workload:
     return read_workload(source)
 
 
-def load_any_cluster(source: str | os.PathLike[str], hardware: Hardware | None = None) -> Cluster:
+def load_any_cluster(
+    source: str | os.PathLike[str],
+    hardware: Hardware | None = None,
+    topology: str | None = None,
+) -> Cluster:
     """A cluster from a preset name or a file in any topology format tsched reads
-    (:func:`tsched.formats.detect.read_any_cluster`; ``hardware`` for formats without GPUs)."""
+    (:func:`tsched.formats.detect.read_any_cluster`; ``hardware`` for formats without GPUs,
+    ``topology`` for one of a Slurm topology.yaml's)."""
     if not os.path.exists(str(source)):
         return load_cluster(source)  # a preset name, or a clear "not found"
-    return read_any_cluster(source, hardware)
+    return read_any_cluster(source, hardware, topology)
 
 
 def _name_or_file(text: str, kind: str, names: dict[str, str]) -> None:

@@ -25,6 +25,8 @@ CONVERT_FORMATS = (
     "kai-topology",
     "kueue-topology",
     "topograph",
+    "slinky-configmap",
+    "slurm-yaml",
     "graphml",
     "node-link",
 )
@@ -48,7 +50,7 @@ def read_any_cluster(source: str, args: argparse.Namespace) -> Any:
     line's node hardware for formats that describe no GPUs."""
     from tsched.presets import load_any_cluster
 
-    return load_any_cluster(source, _hardware(args))
+    return load_any_cluster(source, _hardware(args), getattr(args, "topology", None))
 
 
 # ---------------------------------------------------------------------- inventory
@@ -154,7 +156,7 @@ def cmd_inventory(args: argparse.Namespace) -> int:
             raise InputError(f"tsched inventory {args.source}: FILE is required")
         from tsched.formats.detect import read_topology
 
-        cluster = read_topology(args.source, args.file, _hardware(args))
+        cluster = read_topology(args.source, args.file, _hardware(args), args.topology)
     cluster = _apply_nccl(cluster, args)
     if args.output:
         write_cluster(cluster, args.output)
@@ -194,6 +196,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
         text = slurm.write_tree(tree_from_cluster(cluster))
     elif fmt == "slurm-block":
         text = slurm.write_block(slurm.blocks_from_cluster(cluster))
+    elif fmt == "slinky-configmap":
+        from tsched.formats.slinky import configmap
+
+        text = configmap(cluster, name=args.configmap_name, namespace=args.namespace,
+                         plugin=args.slurm_plugin)  # fmt: skip
+    elif fmt == "slurm-yaml":
+        from tsched.formats.slurm_yaml import topology_yaml
+
+        text = topology_yaml(cluster)
     elif fmt in ("graphml", "node-link"):
         from tsched.formats.graph import graph_text
 
@@ -283,6 +294,8 @@ def add_parsers(sub: Any) -> None:
         metavar="FILE",
         help="nccl-tests output whose bus bandwidth replaces the link it measured (repeatable)",
     )
+    p.add_argument("--topology", default=None,
+                   help="slurm: which topology of a topology.yaml (default: its cluster_default)")
     p.add_argument("--sysfs-root", default="/", help="root of the sysfs tree (local)")
     p.add_argument(
         "--address", default=None, help="Ray address (default: the sandbox's, else auto)"
@@ -310,6 +323,15 @@ def add_parsers(sub: Any) -> None:
         "--label-scheme", default="topograph", choices=("topograph", "nvidia-v1", "nvidia-v2")
     )
     c.add_argument("--name", default=None, help="object name (kai-/kueue-topology)")
+    c.add_argument("--configmap-name", default="slurm-config",
+                   help="ConfigMap name (slinky-configmap; default slurm-config)")
+    c.add_argument("--namespace", default="slurm",
+                   help="ConfigMap namespace (slinky-configmap; default slurm)")
+    c.add_argument("--slurm-plugin", choices=("tree", "block"), default="tree",
+                   help="Slurm topology plugin the ConfigMap holds (default tree)")
+    c.add_argument("--topology", default=None,
+                   help="which topology of a Slurm topology.yaml to read (default: its "
+                        "cluster_default)")  # fmt: skip
     c.add_argument("--quiet", action="store_true")
     _hardware_args(c)
     c.set_defaults(func=cmd_convert)

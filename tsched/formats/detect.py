@@ -13,15 +13,15 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tsched._io import read_text
+from tsched._io import load_yaml_text, read_text
 from tsched.cluster import Cluster, LinkClass, NodeType
 from tsched.errors import InputError
-from tsched.formats import slurm, topograph
+from tsched.formats import slinky, slurm, slurm_yaml, topograph
 from tsched.formats.cluster_yaml import read_cluster
 from tsched.formats.nvidia_smi import cluster_from_topo, parse_topo
-from tsched.formats.topology import cluster_from_tree, default_node_type
+from tsched.formats.topology import SwitchTree, cluster_from_tree, default_node_type
 
-__all__ = ["Hardware", "SOURCES", "read_any_cluster", "read_topology"]
+__all__ = ["Hardware", "SOURCES", "read_any_cluster", "read_topology", "read_slurm"]
 
 #: The readers :func:`read_topology` can be asked for by name.
 SOURCES = ("nvidia-smi", "topograph", "slurm")
@@ -47,11 +47,17 @@ class Hardware:
         return node_type, link
 
 
-def read_any_cluster(path: str | os.PathLike[str], hardware: Hardware | None = None) -> Cluster:
+def read_any_cluster(
+    path: str | os.PathLike[str],
+    hardware: Hardware | None = None,
+    topology: str | None = None,
+) -> Cluster:
     """A cluster from a file in any format tsched reads, told apart by its content.
 
-    cluster/v1 YAML, Slurm ``topology.conf`` (tree or block), a Topograph model, ``kubectl get
-    nodes -o json|yaml`` output with Topograph labels, or ``nvidia-smi topo -m`` output.
+    cluster/v1 YAML, Slurm ``topology.conf`` (tree or block) or ``topology.yaml`` (``topology``
+    names one of its topologies), a Slinky ConfigMap holding either, a Topograph model,
+    ``kubectl get nodes -o json|yaml`` output with Topograph labels, or ``nvidia-smi topo -m``
+    output.
 
     Raises
     ------
@@ -80,8 +86,14 @@ def read_any_cluster(path: str | os.PathLike[str], hardware: Hardware | None = N
         raise InputError(f"{p}: cannot read topology file: {exc}") from exc
     name = p.stem
     node_type, link = hardware.node_type()
+    if re.search(r"^kind:\s*ConfigMap\s*$", text, re.MULTILINE) or (
+        p.suffix == ".json" and re.search(r'"kind"\s*:\s*"ConfigMap"', text)
+    ):
+        return _slurm_cluster(*read_slurm(p, topology), p, hardware)
     if p.suffix == ".json":
         return topograph.read_nodes_json(p, node_type, link)
+    if re.search(r"^-\s+topology\s*:", text, re.MULTILINE):
+        return _slurm_cluster(*read_slurm(p, topology), p, hardware)
     if "tsched: cluster/v1" in text:
         return read_cluster(p)
     if re.search(r"^\s*(SwitchName|BlockName)\s*=", text, re.MULTILINE | re.IGNORECASE):
@@ -98,15 +110,21 @@ def read_any_cluster(path: str | os.PathLike[str], hardware: Hardware | None = N
         return cluster_from_tree(topograph.read_model(p), name, str(p), node_type, link)
     raise InputError(
         f"{p}: not a format tsched reads (cluster/v1 YAML, Slurm topology.conf, Topograph model "
-        "YAML, kubectl nodes JSON, nvidia-smi topo -m output)"
+        "YAML, kubectl nodes JSON, nvidia-smi topo -m output, Slurm topology.yaml, Slinky "
+        "ConfigMap)"
     )
 
 
 def read_topology(
-    source: str, path: str | os.PathLike[str], hardware: Hardware | None = None
+    source: str,
+    path: str | os.PathLike[str],
+    hardware: Hardware | None = None,
+    topology: str | None = None,
 ) -> Cluster:
     """A cluster from the reader ``source`` names (one of :data:`SOURCES`), and only that one:
-    a file of another format is an error, not a guess (``tsched inventory SOURCE FILE``)."""
+    a file of another format is an error, not a guess (``tsched inventory SOURCE FILE``).
+    ``slurm`` takes a topology.conf, a topology.yaml (``topology`` picks one of its
+    topologies) or a Slinky ConfigMap holding either."""
     if source not in SOURCES:
         raise InputError(f"unknown topology source {source!r} (valid: {', '.join(SOURCES)})")
     hardware = hardware or Hardware()
@@ -120,7 +138,34 @@ def read_topology(
         if p.suffix == ".json" or topograph.is_node_list(read_text(p, "Topograph file")):
             return topograph.read_nodes_json(p, node_type, link)
         return cluster_from_tree(topograph.read_model(p), p.stem, str(p), node_type, link)
-    kind, topo = slurm.read_topology_conf(p)
+    return _slurm_cluster(*read_slurm(p, topology), p, hardware)
+
+
+def read_slurm(
+    path: str | os.PathLike[str], topology: str | None = None
+) -> tuple[str, SwitchTree | slurm.BlockTopology]:
+    """``(kind, topology)`` from a Slurm topology in any of its forms: ``topology.conf`` (tree
+    or block plugin), ``topology.yaml`` (``topology`` names one, else the cluster default) or
+    a Slinky ConfigMap (YAML or JSON) holding either."""
+    p = Path(path)
+    text = read_text(p, "Slurm topology")
+    try:  # JSON is YAML too; a topology.conf may not parse as YAML at all
+        doc = load_yaml_text(text, str(p))
+    except InputError:
+        doc = None
+    if slinky.is_configmap(doc):
+        return slinky.parse_configmap(doc, str(p), topology)
+    if slurm_yaml.is_topology_yaml(doc):
+        _, kind, topo = slurm_yaml.parse_topology_yaml(text, str(p), topology)
+        return kind, topo
+    if topology is not None:
+        raise InputError(f"{p}: --topology {topology!r} names one of a topology.yaml's "
+                         "topologies; this is not a topology.yaml")  # fmt: skip
+    return slurm.read_topology_conf(p)  # its errors name the line that is not KEY=VALUE
+
+
+def _slurm_cluster(kind: str, topo: object, p: Path, hardware: Hardware | None) -> Cluster:
+    node_type, link = (hardware or Hardware()).node_type()
     if kind == "block":
-        return slurm.cluster_from_blocks(topo, p.stem, str(p), node_type, link)
-    return cluster_from_tree(topo, p.stem, str(p), node_type, link)
+        return slurm.cluster_from_blocks(topo, p.stem, str(p), node_type, link)  # type: ignore[arg-type]
+    return cluster_from_tree(topo, p.stem, str(p), node_type, link)  # type: ignore[arg-type]
