@@ -1,5 +1,5 @@
-"""Pictures of three plans for the README: the default job, a disaggregated serving plan and a
-4,096-worker job on the 16,384-GPU fabric (drawn one square per node).
+"""Pictures of three plans for the docs: the default job, a disaggregated serving plan and a
+4,096-worker job on the 16,384-GPU fabric (drawn as a heat map of leaves).
 
     python -m benchmarks.pictures
 

@@ -57,7 +57,10 @@ _PLAN_KEYS = (
     "cost_by_link",
     "message",
     "roles",
+    "sources",
 )
+#: What a plan's ``sources`` may name: where its cluster and workload came from, as given.
+SOURCE_KEYS = ("cluster", "workload")
 
 
 def relative_gap(objective: float | None, bound: float | None) -> float | None:
@@ -190,6 +193,9 @@ class Plan:
     cost_by_link: Mapping[str, float]
     message: str = ""
     roles: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    #: where the cluster and workload came from, as given (a file path or a preset name), so
+    #: ``tsched show PLAN.json`` finds them without flags
+    sources: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -207,6 +213,7 @@ class Plan:
             "cost_by_link": {k: _clean(v) for k, v in self.cost_by_link.items()},
             "message": self.message,
             **({"roles": list(self.roles)} if self.roles is not None else {}),
+            **({"sources": dict(self.sources)} if self.sources else {}),
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -263,6 +270,11 @@ class Plan:
                     "roles", f"expected one role per worker ({len(entries)}), got {len(items)}"
                 )
             roles = tuple(ck.string(r, join("roles", i)) for i, r in enumerate(items))
+        sources = None
+        if doc.get("sources") is not None:
+            given = ck.mapping(doc["sources"], "sources", optional=SOURCE_KEYS,
+                               example='{cluster: models/clusters/x.yaml, workload: PRESET}')  # fmt: skip
+            sources = {k: ck.string(v, join("sources", k)) for k, v in given.items()}
         return cls(
             cluster=ck.string(doc["cluster"], "cluster"),
             workload=ck.string(doc["workload"], "workload"),
@@ -277,6 +289,7 @@ class Plan:
             cost_by_link={k: ck.number(v, join("cost_by_link", k)) for k, v in links.items()},
             message=str(doc.get("message", "")),
             roles=roles,
+            sources=sources,
         )
 
 

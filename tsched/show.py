@@ -38,6 +38,7 @@ __all__ = [
     "COLOR_BY",
     "AGGREGATE_GPUS",
     "AGGREGATE_ARCS",
+    "DOMAIN_GPUS",
     "Picture",
     "picture",
     "write_picture",
@@ -47,9 +48,17 @@ FORMATS = (".png", ".svg", ".html")
 COLOR_BY = ("auto", "tp", "cp", "ep", "dp", "pp", "replica", "worker", "component")
 #: Above this many GPUs, nodes are drawn as one square each.
 AGGREGATE_GPUS = 2048
+#: Above this many GPUs, each domain of the nearest level (a leaf) is one cell of a heat map:
+#: the share of its GPUs the plan uses (in the colour of the group holding most), busy and free.
+DOMAIN_GPUS = 8192
 #: Above this many node pairs with traffic, arcs join columns (leaves) instead of nodes.
 AGGREGATE_ARCS = 400
-_BUSY, _FREE = "#c8c8c8", "#ffffff"
+#: Busy GPUs: a grey no worker group uses, always hatched, so busy never reads as a group.
+_BUSY, _FREE, _BUSY_HATCH = "#b3b3b3", "#ffffff", "xxxx"
+#: Patterns that tell apart groups past the palette (the colours repeat, the pattern does not).
+_HATCHES = ("", "////", "....", "\\\\\\\\", "oo", "--", "++")
+#: Nodes are named beside their row up to this many nodes (past it, the columns are named).
+LABELLED_NODES = 256
 _SPLIT_DIMS = ("tp", "cp", "ep")  # a group is the workers that differ only in this rank
 
 
@@ -60,7 +69,7 @@ class Picture:
     title: str
     subtitle: str
     aggregated: bool
-    #: whether nodes are named (up to 64 nodes, not aggregated)
+    #: whether nodes are named (up to :data:`LABELLED_NODES` nodes, not aggregated)
     labelled: bool
     color_by: str
     #: per node: (name, x, y, GPU squares per row, GPU count)
@@ -80,6 +89,9 @@ class Picture:
     links: tuple[str, ...]
     width: float
     height: float
+    #: the heat map past :data:`DOMAIN_GPUS`: per column, (GPUs used by the plan, busy, all,
+    #: the group holding most of the used ones or -1); empty below it
+    domains: tuple[tuple[int, int, int, int], ...] = ()
 
     def link_colors(self) -> dict[str, str]:
         palette = ("#4d4d4d", "#b2182b", "#2166ac", "#1b7837", "#762a83", "#8c510a", "#01665e")
@@ -167,10 +179,11 @@ def _groups(plan: Plan, workload: Any | None, color_by: str) -> tuple[np.ndarray
 
 
 def _layout(
-    cluster: Cluster, aggregated: bool, gap: float
+    cluster: Cluster, aggregated: bool, gap: float, heat: bool = False
 ) -> tuple[list, list, np.ndarray, float, float]:
     """Node and column positions: columns by the nearest level, grouped by the next one,
-    wrapped into rows of a landscape shape."""
+    wrapped into rows of a landscape shape. With ``heat`` each column is one cell of the same
+    size (nodes are not drawn)."""
     level = cluster.levels[0] if cluster.levels else None
     columns: dict[str, list[int]] = {}
     parent: dict[str, str] = {}
@@ -183,9 +196,11 @@ def _layout(
     rows_of = [1 if aggregated else -(-int(g) // 8) for g in cluster.gpus_per_node]
     sizes = []
     for key, members in columns.items():
-        width = max(per_row[i] for i in members)
-        height = sum(rows_of[i] + (0.0 if aggregated else 0.6) for i in members)
+        width = 2.0 if heat else max(per_row[i] for i in members)
+        height = 2.6 if heat else sum(rows_of[i] + (0.0 if aggregated else 0.6) for i in members)
         sizes.append((key, members, width, height))
+    if heat:
+        gap = 0.8
     area = sum((w + gap) * (h + 1.5) for _, _, w, h in sizes)
     target = max(max(w for _, _, w, _ in sizes) + gap, (area * 4.0) ** 0.5)
     nodes, cols = [], []
@@ -253,8 +268,10 @@ def picture(
     gpu_group[gpu_of] = group_of
     gpu_worker[gpu_of] = np.arange(n_workers)
     aggregated = cluster.n_gpus > AGGREGATE_GPUS
-    labelled = not aggregated and cluster.n_nodes <= 64
-    nodes, cols, node_column, width, height = _layout(cluster, aggregated, 4.0 if labelled else 1.5)
+    heat = cluster.n_gpus > DOMAIN_GPUS and bool(cluster.levels)
+    labelled = not aggregated and cluster.n_nodes <= LABELLED_NODES
+    nodes, cols, node_column, width, height = _layout(cluster, aggregated, 4.0 if labelled else 1.5,
+                                                      heat)  # fmt: skip
     traffic: dict[str, float] = {}
     arcs: list[tuple[float, float, float, float, float, str]] = []
     sent = np.zeros((n_workers, len(cluster.link_names)))
@@ -266,7 +283,7 @@ def picture(
             if mask.any():
                 traffic[name] = float(workload.gb[mask].sum())
                 np.add.at(sent[:, k], workload.src[mask], workload.gb[mask])
-        arcs = _arcs(cluster, nodes, cols, node_column, a, b, link, workload.gb)
+        arcs = _arcs(cluster, nodes, cols, node_column, a, b, link, workload.gb, heat)
     worker_text = tuple(
         f"worker {w}{' (' + plan.roles[w] + ')' if plan.roles else ''} on "
         f"{e.node} GPU {e.gpu}, {names[group_of[w]]}"
@@ -287,8 +304,25 @@ def picture(
     subtitle = (
         f"{head}; {n_workers} workers on "
         f"{cluster.n_gpus:,} GPUs ({int(cluster.free_mask().sum()):,} free); colour: {used}"
-        + ("; one square per node" if aggregated else "")
+        + (
+            "; one cell per leaf: the GPUs the plan uses, busy, free"
+            if heat
+            else "; one square per node"
+            if aggregated
+            else ""
+        )
     )
+    domains: tuple[tuple[int, int, int, int], ...] = ()
+    if heat:
+        column_of_gpu = node_column[cluster.gpu_node]
+        cells = []
+        for c in range(len(cols)):
+            mine = column_of_gpu == c
+            groups = gpu_group[mine]
+            placed = groups[groups >= 0]
+            top = int(np.bincount(placed).argmax()) if len(placed) else -1
+            cells.append((len(placed), int((groups == -2).sum()), int(mine.sum()), top))
+        domains = tuple(cells)
     return Picture(
         title=f"{plan.workload} on {cluster.name}",
         subtitle=subtitle,
@@ -307,10 +341,11 @@ def picture(
         links=tuple(cluster.link_names),
         width=width,
         height=height,
+        domains=domains,
     )
 
 
-def _arcs(cluster, nodes, cols, node_column, a, b, link, gb) -> list:
+def _arcs(cluster, nodes, cols, node_column, a, b, link, gb, by_column: bool = False) -> list:
     """Traffic between nodes summed per unordered node pair (or column pair past
     :data:`AGGREGATE_ARCS`), heaviest first, with the link class that joins them."""
     na, nb = cluster.gpu_node[a], cluster.gpu_node[b]
@@ -324,7 +359,7 @@ def _arcs(cluster, nodes, cols, node_column, a, b, link, gb) -> list:
     pair_link = np.zeros(len(pairs), dtype=np.int64)
     pair_link[inverse] = links
     centre = {name: (x + per_row / 2, y + 0.5) for name, x, y, per_row, _ in nodes}
-    if len(pairs) > AGGREGATE_ARCS and cluster.levels:
+    if (by_column or len(pairs) > AGGREGATE_ARCS) and cluster.levels:
         ca, cb = node_column[pairs // cluster.n_nodes], node_column[pairs % cluster.n_nodes]
         keep = ca != cb
         key = np.minimum(ca, cb)[keep] * len(cols) + np.maximum(ca, cb)[keep]
@@ -372,25 +407,41 @@ def _column_labels(pic: Picture) -> list[tuple[float, float, str]]:
     return [(x + w / 2, y, label) for label, x, y, w, _, _ in cols[::step]]
 
 
-#: Twenty categorical colours in pairs (dark, light), the Tableau 20 palette.
+#: Eighteen categorical colours in pairs (dark, light): the Tableau 20 palette without its two
+#: greys, which would read as busy.
 _PAIRS = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
-          "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
-          "#bcbd22", "#dbdb8d", "#17becf", "#9edae5")  # fmt: skip
+          "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#bcbd22", "#dbdb8d",
+          "#17becf", "#9edae5")  # fmt: skip
 
 
 def _colors(count: int) -> list[str]:
-    """One colour per group: the 20 categorical colours, or past 20 a sweep of hues (neighbouring
-    groups, e.g. successive pipeline stages, get neighbouring hues). Needs no plotting library,
-    so the HTML picture does not either."""
+    """One colour per group: the 18 categorical colours, repeated past 18 (each repeat with a
+    pattern of its own, :func:`_hatches`); past 18 × 7 groups a sweep of hues (neighbouring
+    groups, e.g. successive pipeline stages, get neighbouring hues). No colour is grey, so no
+    group reads as busy. Needs no plotting library, so the HTML picture does not either."""
     import colorsys
 
-    if count <= len(_PAIRS):
-        return list(_PAIRS[:count])
+    if count <= len(_PAIRS) * len(_HATCHES):
+        return [_PAIRS[i % len(_PAIRS)] for i in range(count)]
     out = []
     for i in range(count):
         r, g, b = colorsys.hsv_to_rgb(0.85 * i / max(count - 1, 1), 0.75, 0.85 - 0.25 * (i % 2))
         out.append(f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}")
     return out
+
+
+def _hatches(count: int) -> list[str]:
+    """The second cue of each group: none while the colours are distinct, else a pattern per
+    repeat of the palette (or, for hue sweeps, per neighbour), so two groups never look alike.
+
+    >>> _hatches(3), _hatches(20)[16:19]
+    (['', '', ''], ['', '', '////'])
+    """
+    if count <= len(_PAIRS):
+        return [""] * count
+    if count <= len(_PAIRS) * len(_HATCHES):
+        return [_HATCHES[i // len(_PAIRS)] for i in range(count)]
+    return [_HATCHES[i % len(_HATCHES)] for i in range(count)]
 
 
 def _gpu_cells(pic: Picture) -> list[tuple[str, float, float, int, int]]:
@@ -417,9 +468,56 @@ def _node_group(pic: Picture, first: int, count: int) -> int:
     return -2 if (groups == -2).all() else -1
 
 
+def _domain_cells(
+    pic: Picture, colors: Sequence[str], hatches: Sequence[str]
+) -> list[tuple[float, float, float, float, list[tuple[str, str, float, float]], str]]:
+    """The heat map's cells: per column (x, y, width, height, its bands, tooltip), the bands
+    (colour, hatch, top, height) stacked from the bottom: the GPUs the plan uses (in the colour
+    of the group holding most), then busy, then free."""
+    out = []
+    for (label, x, y, w, h, parent), (used, busy, total, top) in zip(pic.columns, pic.domains):
+        cy, ch = y + 1.0, h - 1.4
+        parts, bottom = [], cy + ch
+        for count, color, hatch in (
+            (used, colors[top] if top >= 0 else _FREE, hatches[top] if top >= 0 else ""),
+            (busy, _BUSY, _BUSY_HATCH),
+        ):
+            if count:
+                height = ch * count / max(total, 1)
+                parts.append((color, hatch, bottom - height, height))
+                bottom -= height
+        group = f" ({pic.group_names[top]} most)" if top >= 0 else ""
+        where = f"{label} ({parent})" if parent else label
+        tip = (f"{where}: {total:,} GPUs, {used:,} used by the plan{group}, {busy:,} busy, "
+               f"{total - used - busy:,} free")  # fmt: skip
+        out.append((x, cy, w, ch, parts, tip))
+    return out
+
+
+def _cell_group(pic: Picture, gpu: int, count: int) -> int:
+    return _node_group(pic, gpu, count) if pic.aggregated else int(pic.gpu_group[gpu])
+
+
 def _fill(pic: Picture, colors: Sequence[str], gpu: int, count: int) -> str:
-    group = _node_group(pic, gpu, count) if pic.aggregated else int(pic.gpu_group[gpu])
+    group = _cell_group(pic, gpu, count)
     return _BUSY if group == -2 else _FREE if group == -1 else colors[group]
+
+
+def _hatch(pic: Picture, hatches: Sequence[str], gpu: int, count: int) -> str:
+    group = _cell_group(pic, gpu, count)
+    return _BUSY_HATCH if group == -2 else "" if group == -1 else hatches[group]
+
+
+def _tip(pic: Picture, name: str, gpu: int, count: int, local: int) -> str:
+    """The tooltip of a drawn square: node, GPU index, worker and group, or what a node holds."""
+    if pic.aggregated:
+        used = int((pic.gpu_worker[gpu : gpu + count] >= 0).sum())
+        busy = int((pic.gpu_group[gpu : gpu + count] == -2).sum())
+        return f"{name}: {used} of {count} GPUs used by the plan, {busy} busy"
+    worker = int(pic.gpu_worker[gpu])
+    if worker >= 0:
+        return pic.worker_text[worker]
+    return f"{name} GPU {local}: {'busy' if pic.gpu_group[gpu] == -2 else 'free'}"
 
 
 def _draw(pic: Picture, path: Path) -> None:
@@ -435,7 +533,7 @@ def _draw(pic: Picture, path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
-    colors = _colors(len(pic.group_names))
+    colors, hatches = _colors(len(pic.group_names)), _hatches(len(pic.group_names))
     link_colors = pic.link_colors()
     scale = min(0.22, 14.0 / max(pic.width, 1.0))
     fig_w = max(8.0, pic.width * scale + 4.5)
@@ -443,20 +541,30 @@ def _draw(pic: Picture, path: Path) -> None:
     fig = plt.figure(figsize=(fig_w, fig_h))
     ax = fig.add_axes((0.02, 0.08, (fig_w - 4.2) / fig_w, 0.78))
     label_nodes = pic.labelled
+    titles: dict[str, str] = {}  # SVG element id → its tooltip
     if label_nodes:
-        for name, x, y, _, _ in pic.nodes:
-            ax.text(x - 0.15, y + 0.45, name, ha="right", va="center", fontsize=6)
-    for _, x, y, g, count in _gpu_cells(pic):
-        ax.add_patch(
-            Rectangle(
-                (x, y),
-                0.9,
-                0.9,
-                facecolor=_fill(pic, colors, g, count),
-                edgecolor="#555555",
-                linewidth=0.3,
-            )
-        )
+        size = max(3.0, min(6.0, 60.0 * scale))
+        for k, (name, x, y, _, count) in enumerate(pic.nodes):
+            label = ax.text(x - 0.15, y + 0.45, name, ha="right", va="center", fontsize=size)
+            label.set_gid(f"tsched-node-{k}")
+            titles[f"tsched-node-{k}"] = f"{name}: {count} GPUs"
+    first = dict(zip([n[0] for n in pic.nodes], np.cumsum([0] + [n[4] for n in pic.nodes])))
+    with matplotlib.rc_context({"hatch.linewidth": 0.4, "hatch.color": "#404040"}):
+        for k, (x, y, w, h, parts, tip) in enumerate(_domain_cells(pic, colors, hatches)):
+            for color, hatch, y0, height in parts:
+                ax.add_patch(Rectangle((x, y0), w, height, facecolor=color, hatch=hatch or None,
+                                       edgecolor="none", linewidth=0))  # fmt: skip
+            cell = Rectangle((x, y), w, h, fill=False, edgecolor="#555555", linewidth=0.4)
+            cell.set_gid(f"tsched-domain-{k}")
+            titles[f"tsched-domain-{k}"] = tip
+            ax.add_patch(cell)
+        for k, (name, x, y, g, count) in enumerate([] if pic.domains else _gpu_cells(pic)):
+            cell = Rectangle((x, y), 0.9, 0.9, facecolor=_fill(pic, colors, g, count),
+                             hatch=_hatch(pic, hatches, g, count) or None,
+                             edgecolor="#555555", linewidth=0.3)  # fmt: skip
+            cell.set_gid(f"tsched-gpu-{k}")
+            titles[f"tsched-gpu-{k}"] = _tip(pic, name, g, count, g - int(first[name]))
+            ax.add_patch(cell)
     for _, x, y, w, h, _ in pic.columns:
         ax.add_patch(
             Rectangle(
@@ -493,13 +601,14 @@ def _draw(pic: Picture, path: Path) -> None:
     fig.suptitle(pic.title, fontsize=11, x=0.02, ha="left")
     fig.text(0.02, 0.90, pic.subtitle, fontsize=8, ha="left")
     shown = list(enumerate(pic.group_names))[:16]
-    handles = [Rectangle((0, 0), 1, 1, facecolor=colors[i]) for i, _ in shown]
+    handles = [Rectangle((0, 0), 1, 1, facecolor=colors[i], hatch=hatches[i] or None)
+               for i, _ in shown]  # fmt: skip
     labels = [name for _, name in shown]
     if len(pic.group_names) > 16:
         handles.append(Rectangle((0, 0), 1, 1, facecolor="none", edgecolor="none"))
         labels.append(f"… {len(pic.group_names) - 16} more groups")
     handles += [
-        Rectangle((0, 0), 1, 1, facecolor=_BUSY),
+        Rectangle((0, 0), 1, 1, facecolor=_BUSY, hatch=_BUSY_HATCH),
         Rectangle((0, 0), 1, 1, facecolor=_FREE, edgecolor="#555555"),
     ]
     labels += ["busy", "free"]
@@ -512,13 +621,17 @@ def _draw(pic: Picture, path: Path) -> None:
         frameon=False,
         bbox_to_anchor=(0.02, 0.0),
     )
-    links = [k for k in pic.cost_by_link if pic.cost_by_link[k] > 0 or k in pic.traffic_by_link]
-    if links:
+    # a panel with nothing to show (no workload: no traffic) is left out, not drawn empty
+    panels = [(values, title) for values, title in (
+        (pic.traffic_by_link, "traffic, GB per iteration"),
+        (pic.cost_by_link, "cost, s per iteration"),
+    ) if any(v > 0 for v in values.values())]  # fmt: skip
+    links = [k for k in dict.fromkeys([*pic.traffic_by_link, *pic.cost_by_link])
+             if any(values.get(k, 0.0) > 0 for values, _ in panels)]  # fmt: skip
+    if panels and links:
         colours = [link_colors.get(k, "#777777") for k in links]
-        for bottom, values, title in (
-            (0.55, pic.traffic_by_link, "traffic, GB per iteration"),
-            (0.12, pic.cost_by_link, "cost, s per iteration"),
-        ):
+        bottoms = (0.55, 0.12) if len(panels) == 2 else (0.33,)
+        for bottom, (values, title) in zip(bottoms, panels):
             bars = fig.add_axes(((fig_w - 3.4) / fig_w, bottom, 2.9 / fig_w, 0.3))
             bars.barh(links, [values.get(k, 0.0) for k in links], color=colours)
             bars.set_title(title, fontsize=8)
@@ -528,20 +641,43 @@ def _draw(pic: Picture, path: Path) -> None:
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in SVG
         save_figure(fig, path, dpi=130)
+    if path.suffix.lower() == ".svg":
+        _svg_titles(path, titles)
+
+
+def _svg_titles(path: Path, titles: dict[str, str]) -> None:
+    """Give the SVG's nodes and GPUs their tooltips: a ``<title>`` as the first child of each
+    element matplotlib wrote for them (``<g id="tsched-gpu-7">``), as browsers show on hover."""
+    import re
+
+    from tsched._io import atomic_write_text
+
+    def add(match: re.Match[str]) -> str:
+        tip = titles.get(match.group(1))
+        return match.group(0) + (f"<title>{html.escape(tip)}</title>" if tip else "")
+
+    text = re.sub(r'<g id="(tsched-(?:gpu|node|domain)-\d+)">', add,
+                  path.read_text(encoding="utf-8"))  # fmt: skip
+    atomic_write_text(path, text)
 
 
 def _html(pic: Picture, plan: Plan) -> str:
     """One self-contained page: an inline SVG whose every GPU square has a tooltip (worker,
     GPU, traffic), the bars as a table, and the plan itself as JSON."""
-    colors = _colors(len(pic.group_names))
+    colors, hatches = _colors(len(pic.group_names)), _hatches(len(pic.group_names))
     unit = max(6.0, min(26.0, 1400.0 / max(pic.width, 1.0)))
     label_nodes = pic.labelled
     left = 70.0 if label_nodes else 10.0
+    patterns = {(_BUSY, _BUSY_HATCH)} | {(c, h) for c, h in zip(colors, hatches) if h}
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + (pic.width + 1) * unit:.0f}" '
-        f'height="{(pic.height + 2) * unit:.0f}" font-family="sans-serif">'
+        f'height="{(pic.height + 2) * unit:.0f}" font-family="sans-serif" id="tsched-picture">'
+        f"<defs>{''.join(_svg_pattern(c, h) for c, h in sorted(patterns))}</defs>"
         f'<g transform="translate(0,{unit:.1f})">'
     ]
+
+    def paint(color: str, hatch: str) -> str:
+        return f"url(#{_pattern_id(color, hatch)})" if hatch else color
 
     def px(v: float, offset: float = 0.0) -> str:
         return f"{offset + v * unit:.1f}"
@@ -558,27 +694,34 @@ def _html(pic: Picture, plan: Plan) -> str:
             f'text-anchor="{anchor}">{html.escape(text)}</text>'
         )
     if label_nodes:
-        for name, x, y, _, _ in pic.nodes:
+        for name, x, y, _, count in pic.nodes:
             parts.append(
-                f'<text x="{px(x - 0.2, left)}" y="{px(y + 0.7)}" '
-                f'font-size="{unit * 0.6:.0f}" text-anchor="end">{html.escape(name)}</text>'
+                f'<text class="node" x="{px(x - 0.2, left)}" y="{px(y + 0.7)}" '
+                f'font-size="{unit * 0.6:.0f}" text-anchor="end">{html.escape(name)}'
+                f"<title>{html.escape(name)}: {count} GPUs</title></text>"
             )
+    for k, (x, y, w, h, bands, tip) in enumerate(_domain_cells(pic, colors, hatches)):
+        for color, hatch, y0, height in bands:
+            parts.append(f'<rect x="{px(x, left)}" y="{px(y0)}" width="{px(w)}" '
+                         f'height="{px(height)}" fill="{paint(color, hatch)}"/>')  # fmt: skip
+        parts.append(
+            f'<rect class="gpu domain" x="{px(x, left)}" y="{px(y)}" width="{px(w)}" '
+            f'height="{px(h)}" fill="#fff" fill-opacity="0" stroke="#555" stroke-width="0.6" '
+            f'data-domain="{k}"><title>{html.escape(tip)}</title></rect>'
+        )
     first = dict(zip([n[0] for n in pic.nodes], np.cumsum([0] + [n[4] for n in pic.nodes])))
-    for name, cx, cy, g, size in _gpu_cells(pic):
+    for name, cx, cy, g, size in [] if pic.domains else _gpu_cells(pic):
         worker = int(pic.gpu_worker[g])
-        if pic.aggregated:
-            used = int((pic.gpu_worker[g : g + size] >= 0).sum())
-            tip = f"{name}: {used} of {size} GPUs used by the plan"
-        elif worker >= 0:
-            tip = pic.worker_text[worker]
-        else:
-            local = g - int(first[name])
-            tip = f"{name} GPU {local}: {'busy' if pic.gpu_group[g] == -2 else 'free'}"
+        local = g - int(first[name])
+        tip = _tip(pic, name, g, size, local)
+        fill = paint(_fill(pic, colors, g, size), _hatch(pic, hatches, g, size))
         parts.append(
             f'<rect class="gpu" x="{px(cx, left)}" y="{px(cy)}" width="{unit * 0.9:.1f}" '
-            f'height="{unit * 0.9:.1f}" fill="{_fill(pic, colors, g, size)}" stroke="#555" '
-            f'stroke-width="0.5" data-worker="{worker}"><title>{html.escape(tip)}</title></rect>'
+            f'height="{unit * 0.9:.1f}" fill="{fill}" stroke="#555" stroke-width="0.5" '
+            f'data-node="{html.escape(name)}" data-gpu="{"" if pic.aggregated else local}" '
+            f'data-worker="{worker}"><title>{html.escape(tip)}</title></rect>'
         )
+    parts.append('<g id="tsched-arcs">')
     if pic.arcs:
         top = max(a[4] for a in pic.arcs)
         link_colors = pic.link_colors()
@@ -591,33 +734,88 @@ def _html(pic: Picture, plan: Plan) -> str:
                 f'stroke-width="{0.5 + 5 * (gb / top) ** 0.5:.2f}"><title>{gb:.4g} GB per '
                 f"iteration over {html.escape(link)}</title></path>"
             )
-    parts.append("</g></svg>")
+    parts.append("</g></g></svg>")
     rows = "".join(
         f"<tr><td>{html.escape(k)}</td><td>{pic.traffic_by_link.get(k, 0.0):.4g}</td>"
         f"<td>{pic.cost_by_link.get(k, 0.0):.4g}</td></tr>"
         for k in dict.fromkeys([*pic.traffic_by_link, *pic.cost_by_link])
     )
     legend = "".join(
-        f'<span class="key"><i style="background:{c}"></i>{html.escape(n)}</span>'
-        for c, n in zip(colors, pic.group_names)
+        f'<span class="key"><svg width="12" height="12"><rect width="12" height="12" '
+        f'fill="{paint(c, h)}" stroke="#555"/></svg>{html.escape(n)}</span>'
+        for c, n, h in zip(colors, pic.group_names, hatches)
     )
+    busy_key = (f'<span class="key"><svg width="12" height="12"><rect width="12" height="12" '
+                f'fill="{paint(_BUSY, _BUSY_HATCH)}" stroke="#555"/></svg>busy</span>')  # fmt: skip
+    toggle = ('<label><input type="checkbox" id="tsched-show-arcs" checked '
+              "onchange=\"document.getElementById('tsched-arcs').style.display="
+              "this.checked?'':'none'\"> traffic between nodes</label>"
+              if pic.arcs else "")  # fmt: skip
     data = json.dumps(plan.to_dict()).replace("</", "<\\/")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(pic.title)}</title>
 <style>body{{font-family:sans-serif;margin:1em}} .key{{margin-right:1em;white-space:nowrap}}
 .key i{{display:inline-block;width:.9em;height:.9em;margin-right:.3em;border:1px solid #555}}
+.key svg{{margin-right:.3em;vertical-align:-.1em}}
 table{{border-collapse:collapse}} td,th{{padding:.2em .8em;border-bottom:1px solid #ddd}}
-rect.gpu:hover{{stroke:#000;stroke-width:2}}</style></head>
+rect.gpu:hover{{stroke:#000;stroke-width:2}}
+#tsched-tip{{position:fixed;display:none;pointer-events:none;background:#fffff0;
+border:1px solid #888;padding:.3em .5em;font-size:.85em;max-width:32em;z-index:9}}</style>
+</head>
 <body><h2>{html.escape(pic.title)}</h2><p>{html.escape(pic.subtitle)}</p>
-<p>{legend}<span class="key"><i style="background:{_BUSY}"></i>busy</span>
+<p>{legend}{busy_key}
 <span class="key"><i style="background:{_FREE}"></i>free</span></p>
+<p>{toggle}</p>
 {"".join(parts)}
 <h3>By link class</h3><table><tr><th>link</th><th>GB per iteration</th><th>s per iteration</th></tr>
 {rows}</table>
-<p>Hover a GPU for its worker and what it sends; arcs join nodes (or leaves) by traffic.</p>
+<p>Hover a GPU for its node, index, worker, group and what it sends; arcs join nodes (or
+leaves) by traffic.</p>
+<div id="tsched-tip" role="tooltip"></div>
 <script type="application/json" id="tsched-plan">{data}</script>
+<script>
+// The tooltip of a hovered GPU or node, shown at once (the SVG titles stay for pages without
+// scripts; with this script they move into the tooltip, so the two never show together).
+(function () {{
+  var tip = document.getElementById("tsched-tip");
+  document.querySelectorAll("rect.gpu, text.node").forEach(function (el) {{
+    var title = el.querySelector("title");
+    if (!title) return;
+    el.dataset.tip = title.textContent;
+    title.remove();
+    el.addEventListener("mouseenter", function (ev) {{
+      tip.textContent = el.dataset.tip;
+      tip.style.display = "block";
+      tip.style.left = (ev.clientX + 12) + "px";
+      tip.style.top = (ev.clientY + 12) + "px";
+    }});
+    el.addEventListener("mouseleave", function () {{ tip.style.display = "none"; }});
+  }});
+}})();
+</script>
 </body></html>
 """
+
+
+def _pattern_id(color: str, hatch: str) -> str:
+    return f"hatch-{color.lstrip('#')}-{sum(map(ord, hatch))}"
+
+
+def _svg_pattern(color: str, hatch: str) -> str:
+    """An SVG fill: ``color`` under lines that stand for matplotlib's ``hatch`` (diagonals,
+    crosses, dots, rings or bars), the same second cue in the HTML as in the PNG."""
+    marks = {
+        "/": '<path d="M0,8 L8,0" stroke="#404040" stroke-width="0.8"/>',
+        "\\": '<path d="M0,0 L8,8" stroke="#404040" stroke-width="0.8"/>',
+        "x": '<path d="M0,0 L8,8 M0,8 L8,0" stroke="#404040" stroke-width="0.8"/>',
+        ".": '<circle cx="4" cy="4" r="1" fill="#404040"/>',
+        "o": '<circle cx="4" cy="4" r="2" fill="none" stroke="#404040" stroke-width="0.7"/>',
+        "-": '<path d="M0,4 L8,4" stroke="#404040" stroke-width="0.8"/>',
+        "+": '<path d="M0,4 L8,4 M4,0 L4,8" stroke="#404040" stroke-width="0.8"/>',
+    }
+    return (f'<pattern id="{_pattern_id(color, hatch)}" width="8" height="8" '
+            f'patternUnits="userSpaceOnUse"><rect width="8" height="8" fill="{color}"/>'
+            f"{marks.get(hatch[:1], '')}</pattern>")  # fmt: skip
 
 
 def write_picture(

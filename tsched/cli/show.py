@@ -11,17 +11,24 @@ from tsched.errors import InputError
 __all__ = ["add_parsers", "load_plan_models"]
 
 
-def load_plan_models(plan: Any, cluster: str | None, workload: str | None) -> tuple[Any, Any]:
-    """The cluster and workload to draw a plan with: the given files or presets, else the
-    presets the plan names (a workload that cannot be found is left out: no traffic drawn)."""
+def load_plan_models(
+    plan: Any, cluster: str | None, workload: str | None, plan_path: str | None = None
+) -> tuple[Any, Any]:
+    """The cluster and workload to draw a plan with: the given files or presets, else where the
+    plan says they came from (its ``sources``, as given when it was solved: a path from the
+    current folder or from the plan's, or a preset), else the presets the plan names. A
+    workload that cannot be found is left out (no traffic drawn)."""
     from tsched import presets
     from tsched.presets import load_cluster, load_workload
 
+    sources = dict(plan.sources or {})
+    cluster = cluster or _found(sources.get("cluster"), plan_path, presets.CLUSTERS)
+    workload = workload or _found(sources.get("workload"), plan_path, presets.WORKLOADS)
     if cluster is None:
         if plan.cluster not in presets.CLUSTERS:
             raise InputError(
-                f"the plan's cluster {plan.cluster!r} is not a preset; give its model with "
-                f"--cluster FILE"
+                f"the plan's cluster {plan.cluster!r} is not a preset and its recorded source "
+                f"{sources.get('cluster')!r} is not found; give its model with --cluster FILE"
             )
         cluster = plan.cluster
     if workload is None and plan.workload in presets.WORKLOADS:
@@ -29,12 +36,28 @@ def load_plan_models(plan: Any, cluster: str | None, workload: str | None) -> tu
     return load_cluster(cluster), (load_workload(workload) if workload else None)
 
 
+def _found(source: str | None, plan_path: str | None, names: dict[str, str]) -> str | None:
+    """A recorded source that can be read: a file from here or from the plan's folder, or a
+    preset name; None otherwise."""
+    from pathlib import Path
+
+    if not source:
+        return None
+    if Path(source).exists() or (source in names and not Path(source).suffix):
+        return source
+    if plan_path is not None:
+        beside = Path(plan_path).parent / source
+        if beside.exists():
+            return str(beside)
+    return None
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from tsched.plan import read_plan
     from tsched.show import write_picture
 
     plan = read_plan(args.plan)
-    cluster, workload = load_plan_models(plan, args.cluster, args.workload)
+    cluster, workload = load_plan_models(plan, args.cluster, args.workload, args.plan)
     err = stderr_console(args.quiet)
     with err.status(f"drawing {args.plan}…"):
         path = write_picture(plan, cluster, args.output, workload, color_by=args.color_by)
@@ -67,9 +90,10 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("plan", metavar="PLAN.json")
     p.add_argument("-o", "--output", required=True, metavar="OUT.png|svg|html")
-    p.add_argument("--cluster", help="cluster/v1 file or preset (default: the plan's, if a preset)")
-    p.add_argument("--workload", help="workload/v1 file or preset, for the traffic (default: the "
-                   "plan's, if a preset)")  # fmt: skip
+    p.add_argument("--cluster", help="cluster/v1 file or preset (default: where the plan "
+                   "records it came from, else the plan's cluster if a preset)")  # fmt: skip
+    p.add_argument("--workload", help="workload/v1 file or preset, for the traffic (default: "
+                   "where the plan records it came from, else the plan's if a preset)")  # fmt: skip
     add_color_by(p)
     p.add_argument("--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=cmd_show)

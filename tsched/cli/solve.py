@@ -74,7 +74,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     problem = PlacementProblem.build(cluster, workload)
     limit = _budget(args)
     result = _solve_and_report(problem, args, limit)
-    plan = result.plan()
+    from dataclasses import replace
+
+    # where the models came from, as given: tsched show PLAN.json finds them without flags
+    plan = replace(result.plan(), sources={"cluster": str(args.cluster),
+                                           "workload": str(args.workload)})  # fmt: skip
     ok = result.assignment is not None
     validation = None
     if ok and args.validate_against:
