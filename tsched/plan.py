@@ -273,7 +273,7 @@ class Plan:
         sources = None
         if doc.get("sources") is not None:
             given = ck.mapping(doc["sources"], "sources", optional=SOURCE_KEYS,
-                               example='{cluster: models/clusters/x.yaml, workload: PRESET}')  # fmt: skip
+                               example="{cluster: PATH, workload: PRESET}")  # fmt: skip
             sources = {k: ck.string(v, join("sources", k)) for k, v in given.items()}
         return cls(
             cluster=ck.string(doc["cluster"], "cluster"),
