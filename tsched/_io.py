@@ -113,8 +113,8 @@ def load_yaml_text(text: str, source: str) -> Any:
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = exc.problem or exc.context or "invalid YAML"
         raise InputError(f"{where}: YAML syntax error: {problem}") from exc
-    except yaml.YAMLError as exc:
-        raise InputError(f"{source}: YAML error: {exc}") from exc
+    except yaml.YAMLError as exc:  # one line: PyYAML's message spans several
+        raise InputError(f"{source}: YAML error: {' '.join(str(exc).split())}") from exc
 
 
 def load_preset_or_file(

@@ -109,8 +109,12 @@ def _auto_grouping(roles: Sequence[str]) -> str:
     first = roles[0].split("-")[0].rstrip("0123456789")
     if first not in (*_SPLIT_DIMS, "dp", "pp"):
         return "replica"
-    dims = [d for d in ("tp", "ep", "cp", "pp", "dp")
-            if any(t.rstrip("0123456789") == d for t in roles[0].split("-"))]  # fmt: skip
+
+    # the dimensions every role has a rank in (a plan file's roles may disagree)
+    def has(role: str, dim: str) -> bool:
+        return any(t.rstrip("0123456789") == dim for t in role.split("-"))
+
+    dims = [d for d in ("tp", "ep", "cp", "pp", "dp") if all(has(r, d) for r in roles)]
     counts = {}
     for dim in dims:
         tokens = [r.split("-") for r in roles]

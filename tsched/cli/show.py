@@ -26,9 +26,12 @@ def load_plan_models(
     workload = workload or _found(sources.get("workload"), plan_path, presets.WORKLOADS)
     if cluster is None:
         if plan.cluster not in presets.CLUSTERS:
+            where = f"{plan_path}: " if plan_path else ""
+            recorded = sources.get("cluster")
+            found = f" and its recorded source {recorded!r} is not found" if recorded else ""
             raise InputError(
-                f"the plan's cluster {plan.cluster!r} is not a preset and its recorded source "
-                f"{sources.get('cluster')!r} is not found; give its model with --cluster FILE"
+                f"{where}cluster: the plan's cluster {plan.cluster!r} is not a preset{found}; "
+                "give its model with --cluster FILE"
             )
         cluster = plan.cluster
     if workload is None and plan.workload in presets.WORKLOADS:
@@ -58,6 +61,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     plan = read_plan(args.plan)
     cluster, workload = load_plan_models(plan, args.cluster, args.workload, args.plan)
+    _check_fits(plan, cluster, args.plan)
     err = stderr_console(args.quiet)
     with err.status(f"drawing {args.plan}…"):
         path = write_picture(plan, cluster, args.output, workload, color_by=args.color_by)
@@ -66,6 +70,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"picture of {plan.workload} on {cluster.name} written to {path}")
     return EXIT_OK
+
+
+def _check_fits(plan: Any, cluster: Any, source: str) -> None:
+    """Every planned GPU exists on the cluster the plan is drawn on, or an error naming the
+    plan file and the entry."""
+    for k, entry in enumerate(plan.assignment):
+        try:
+            cluster.gpu_id(entry.node, entry.gpu)
+        except InputError as exc:
+            raise InputError(f"{source}: assignment[{k}] (worker {entry.worker}): not on "
+                             f"cluster {cluster.name!r}: {exc}") from None  # fmt: skip
 
 
 def add_color_by(p: argparse.ArgumentParser) -> None:

@@ -120,6 +120,10 @@ def csv_rows(
     if not reader.fieldnames:
         raise InputError(f"{path}: empty {what} (no header)")
     header = [h.strip() for h in reader.fieldnames]
+    broken = next((k for k, h in enumerate(header) if "\n" in h or "\r" in h), None)
+    if broken is not None:
+        raise InputError(f"{path}:1: header column {broken + 1} runs over several lines (a quote "
+                         "left open?)")  # fmt: skip
     reader.fieldnames = header  # rows keyed by the names as the header checks read them
     rows = []
     try:

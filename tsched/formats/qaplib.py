@@ -78,6 +78,9 @@ def read_dat(path: str | os.PathLike[str]) -> QAPInstance:
         )
     try:
         values = np.array(tokens[1:], dtype=np.int64)
+    except OverflowError:
+        bad = next(t for t in tokens[1:] if abs(int(t)) >= 2**63)
+        raise InputError(f"{path}: matrix entry {bad} does not fit a 64-bit integer") from None
     except ValueError:
         bad = next(t for t in tokens[1:] if not t.lstrip("-").isdigit())
         raise InputError(f"{path}: matrix entries must be integers, got {bad!r}") from None

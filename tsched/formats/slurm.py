@@ -166,6 +166,9 @@ def parse_block(text: str, source: str = "topology.conf") -> BlockTopology:
     if not topo.blocks:
         raise InputError(f"{source}: no BlockName= lines")
     base = max(len(v) for v in topo.blocks.values())
+    if topo.sizes and min(topo.sizes) < 1:
+        raise InputError(f"{source}: BlockSizes={','.join(map(str, topo.sizes))}: node counts "
+                         "must be 1 or more")  # fmt: skip
     if topo.sizes:
         if topo.sizes[0] > base or any(b % topo.sizes[0] for b in topo.sizes):
             raise InputError(
