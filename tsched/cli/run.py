@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from tsched.cli._common import integer, number
@@ -24,16 +25,41 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     err = Console(stderr=True, quiet=quiet, highlight=False)
-    with err.status(f"reserving {len(plan.assignment)} GPUs and running {args.plan}…"):
-        results = run(
-            plan,
-            entrypoint=args.entrypoint or None,
-            command=command or None,
-            reservation_timeout=args.reservation_timeout,
-            execution_timeout=args.execution_timeout,
-            address=args.address,
-            master_port=args.master_port,
-        )
+    options = {"reservation_timeout": args.reservation_timeout,
+               "execution_timeout": args.execution_timeout, "address": args.address,
+               "master_port": args.master_port}  # fmt: skip
+    restarts: list[Any] = []
+    if not args.replan:
+        if args.max_restarts is not None or args.min_workers is not None:
+            raise InputError("--max-restarts and --min-workers go with --replan")
+        with err.status(f"reserving {len(plan.assignment)} GPUs and running {args.plan}…"):
+            results = run(plan, entrypoint=args.entrypoint or None, command=command or None,
+                          **options)  # fmt: skip
+    else:
+        from tsched.backends.replan import run_replanning
+        from tsched.cli.show import load_plan_models
+
+        model, workload = load_plan_models(plan, args.cluster, args.workload, args.plan)
+        if workload is None:
+            raise InputError(f"{args.plan}: --replan needs the plan's workload: its recorded "
+                             "source is not found (give --workload FILE|PRESET)")  # fmt: skip
+
+        def said(r: Any) -> None:
+            gap = "" if r.gap is None else f", gap {100 * r.gap:.2f}%"
+            sys.stderr.write(
+                f"tsched: restart {r.restart}: lost {', '.join(r.lost_nodes)}; re-planned "
+                f"{r.workers} workers in {r.replan_seconds:.2f} s ({r.status}, objective "
+                f"{r.objective:.4g} s/iteration{gap})\n"
+            )
+
+        with err.status(f"reserving {len(plan.assignment)} GPUs and running {args.plan}…"):
+            results, restarts, plan = run_replanning(
+                plan, model, workload, entrypoint=args.entrypoint or None,
+                command=command or None,
+                max_restarts=3 if args.max_restarts is None else args.max_restarts,
+                min_workers=args.min_workers, method=args.method, time_limit=args.time_limit,
+                on_restart=None if quiet else said, **options,
+            )  # fmt: skip
     rows = [
         {
             "rank": r.rank,
@@ -45,12 +71,16 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
         for r in results
     ]
     if args.json:
-        print(json.dumps({"plan": str(args.plan), "workers": rows}))
+        doc = {"plan": str(args.plan), "workers": rows}
+        if args.replan:
+            doc["restarts"] = [r.to_dict() for r in restarts]
+        print(json.dumps(doc))
         return 0
     from rich.table import Table
 
     out = Console(highlight=False)
-    table = Table(title=f"{args.plan}: {len(rows)} workers ran where planned")
+    again = f" after {len(restarts)} restart(s)" if restarts else ""
+    table = Table(title=f"{args.plan}: {len(rows)} workers ran where planned{again}")
     for col in ("rank", "node", "CUDA_VISIBLE_DEVICES", "seconds", "result"):
         table.add_column(col)
     for r in rows:
@@ -93,6 +123,27 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--reservation-timeout", type=number(positive=True), default=60.0, metavar="S")
     r.add_argument("--execution-timeout", type=number(positive=True), default=None, metavar="S")
     r.add_argument("--master-port", type=integer(1, 65535), default=29500)
+    g = r.add_argument_group("when a node dies (--replan)")
+    g.add_argument("--replan", action="store_true",
+                   help="on a lost node, release everything, re-plan on the GPUs still alive "
+                        "and start again")  # fmt: skip
+    g.add_argument("--max-restarts", type=integer(0, 100), default=None, metavar="K",
+                   help="restarts allowed (default 3)")  # fmt: skip
+    g.add_argument("--min-workers", type=integer(1), default=None, metavar="N",
+                   help="allow a smaller data-parallel degree, down to N workers, when the "
+                        "full size no longer fits")  # fmt: skip
+    g.add_argument(
+        "--cluster",
+        default=None,
+        help="the cluster model (default: where the plan records it came from)",
+    )
+    g.add_argument(
+        "--workload",
+        default=None,
+        help="the workload (default: where the plan records it came from)",
+    )
+    g.add_argument("--method", default="auto", help="solver of the re-plans (default auto)")
+    g.add_argument("--time-limit", type=number(positive=True), default=None, metavar="S")
     r.add_argument("--json", action="store_true")
     r.add_argument("--quiet", action="store_true")
     r.set_defaults(cmd_argv=[])  # what follows `--` on the command line (see tsched.cli.main)
