@@ -201,7 +201,9 @@ async def first_calls(s, url, state, prefix: str, tokens: int, seed: int) -> dic
     return homes
 
 
-def test_a_replica_that_dies_fails_its_calls_clearly_and_its_programs_move(tmp_path):
+def test_a_replica_that_dies_fails_its_calls_clearly_its_programs_move_and_it_comes_back(
+    tmp_path,
+):
     from tsched.agentic.mocker import MockerReplicas
 
     with MockerReplicas(2, CAPACITY, ENGINES["mocker"], tmp_path) as reps:
@@ -228,6 +230,13 @@ def test_a_replica_that_dies_fails_its_calls_clearly_and_its_programs_move(tmp_p
                 assert state.sched.programs[pid].replica == 1
             async with s.get(f"{url}/health") as r:
                 assert (await r.json())["status"] == "degraded"
+            # the replica comes back: the proxy's probe finds it, and new programs use it again
+            await asyncio.to_thread(reps.restart_replica, 0)
+            await until(lambda: state.sched.replicas[0].up, timeout=60)
+            async with s.get(f"{url}/health") as r:
+                assert (await r.json())["status"] == "ok"
+            homes = await first_calls(s, url, state, "back", 500, 70)
+            assert 0 in homes.values()
 
         asyncio.run(with_proxy(reps.urls, body))
 

@@ -91,6 +91,8 @@ class MockerReplicas:
         self.guardians: list[subprocess.Popen[bytes]] = []
         self._workers: list[subprocess.Popen[bytes]] = []
         self._replica_frontends: list[subprocess.Popen[bytes]] = []
+        #: per replica, how its worker and (per-replica layout) frontend were launched
+        self._launches: list[list[tuple[str, tuple[str, ...], dict[str, str], Path]]] = []
 
     def __enter__(self) -> MockerReplicas:
         try:
@@ -142,18 +144,18 @@ class MockerReplicas:
                 work.mkdir(exist_ok=True)
                 env = loopback_env(f"{NAMESPACE}-{k}", work / "kv")
             system_port = free_port()
-            self._workers.append(self._launch(
-                f"worker{k}",
-                (sys.executable, "-m", "dynamo.mocker", "--model-path", model, "--model-name",
-                 self.model_name, *flags),
-                {**env, "DYN_SYSTEM_PORT": str(system_port)}, work,
-            ))  # fmt: skip
+            worker = (f"worker{k}",
+                      (sys.executable, "-m", "dynamo.mocker", "--model-path", model,
+                       "--model-name", self.model_name, *flags),
+                      {**env, "DYN_SYSTEM_PORT": str(system_port)}, work)  # fmt: skip
+            self._workers.append(self._launch(*worker))
+            self._launches.append([worker])
             self.metrics_urls.append(f"http://127.0.0.1:{system_port}/metrics")
             if not shared:
                 port = free_port()
-                self._replica_frontends.append(
-                    self._launch(f"frontend{k}", self._frontend_argv(port), env, work)
-                )
+                frontend = (f"frontend{k}", self._frontend_argv(port), env, work)
+                self._replica_frontends.append(self._launch(*frontend))
+                self._launches[k].append(frontend)
                 self.urls.append(f"http://127.0.0.1:{port}")
         if shared:
             for mode in self.router_modes:
@@ -258,6 +260,18 @@ class MockerReplicas:
         if self._replica_frontends:
             procs.append(self._replica_frontends[k])
         _terminate(procs)
+
+    def restart_replica(self, k: int) -> None:
+        """Start replica ``k`` again after :meth:`kill_replica`, on the same URL (per-replica
+        layout), and return once it serves the model: a replica that comes back."""
+        if self.layout != "per-replica":
+            raise InputError("restart_replica: only the per-replica layout keeps a replica's URL")
+        worker, frontend = self._launches[k]
+        gone = {id(self._workers[k]), id(self._replica_frontends[k])}
+        self.guardians = [g for g in self.guardians if id(g) not in gone]  # exited: not a fault
+        self._workers[k] = self._launch(*worker)
+        self._replica_frontends[k] = self._launch(*frontend)
+        self._wait_ready(self.urls[k], self.model_name, time.monotonic() + self.timeout)
 
     def stop(self) -> None:
         _terminate(self.guardians)
