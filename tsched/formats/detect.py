@@ -86,21 +86,19 @@ def read_any_cluster(
         raise InputError(f"{p}: cannot read topology file: {exc}") from exc
     name = p.stem
     node_type, link = hardware.node_type()
-    if re.search(r"^kind:\s*ConfigMap\s*$", text, re.MULTILINE) or (
-        p.suffix == ".json" and re.search(r'"kind"\s*:\s*"ConfigMap"', text)
-    ):
-        return _slurm_cluster(*read_slurm(p, topology), p, hardware)
+    slurm_like = (
+        re.search(r"^kind:\s*ConfigMap\s*$", text, re.MULTILINE)
+        or (p.suffix == ".json" and re.search(r'"kind"\s*:\s*"ConfigMap"', text))
+        or re.search(r"^-\s+topology\s*:", text, re.MULTILINE)
+    )
+    if slurm_like:
+        return _slurm_cluster(*_slurm_from_text(text, str(p), topology), p, hardware)
     if p.suffix == ".json":
         return topograph.read_nodes_json(p, node_type, link)
-    if re.search(r"^-\s+topology\s*:", text, re.MULTILINE):
-        return _slurm_cluster(*read_slurm(p, topology), p, hardware)
     if "tsched: cluster/v1" in text:
         return read_cluster(p)
     if re.search(r"^\s*(SwitchName|BlockName)\s*=", text, re.MULTILINE | re.IGNORECASE):
-        kind, topo = slurm.read_topology_conf(p)
-        if kind == "block":
-            return slurm.cluster_from_blocks(topo, name, str(p), node_type, link)
-        return cluster_from_tree(topo, name, str(p), node_type, link)
+        return _slurm_cluster(*slurm.parse_topology_conf(text, str(p)), p, hardware)
     if "GPU0" in text and ("NV" in text or "PIX" in text or "SYS" in text):
         return cluster_from_topo(parse_topo(text, str(p)), hardware.host or name,
                                  hardware.gpu_model)  # fmt: skip
@@ -147,21 +145,27 @@ def read_slurm(
     """``(kind, topology)`` from a Slurm topology in any of its forms: ``topology.conf`` (tree
     or block plugin), ``topology.yaml`` (``topology`` names one, else the cluster default) or
     a Slinky ConfigMap (YAML or JSON) holding either."""
-    p = Path(path)
-    text = read_text(p, "Slurm topology")
+    return _slurm_from_text(read_text(path, "Slurm topology"), str(path), topology)
+
+
+def _slurm_from_text(
+    text: str, source: str, topology: str | None
+) -> tuple[str, SwitchTree | slurm.BlockTopology]:
+    """:func:`read_slurm` of a file's text: parsed as YAML once, for a ConfigMap or a
+    topology.yaml, else read as a topology.conf."""
     try:  # JSON is YAML too; a topology.conf may not parse as YAML at all
-        doc = load_yaml_text(text, str(p))
+        doc = load_yaml_text(text, source)
     except InputError:
         doc = None
     if slinky.is_configmap(doc):
-        return slinky.parse_configmap(doc, str(p), topology)
+        return slinky.parse_configmap(doc, source, topology)
     if slurm_yaml.is_topology_yaml(doc):
-        _, kind, topo = slurm_yaml.parse_topology_yaml(text, str(p), topology)
+        _, kind, topo = slurm_yaml.topology_from_yaml(doc, source, topology)
         return kind, topo
     if topology is not None:
-        raise InputError(f"{p}: --topology {topology!r} names one of a topology.yaml's "
+        raise InputError(f"{source}: --topology {topology!r} names one of a topology.yaml's "
                          "topologies; this is not a topology.yaml")  # fmt: skip
-    return slurm.read_topology_conf(p)  # its errors name the line that is not KEY=VALUE
+    return slurm.parse_topology_conf(text, source)  # its errors name the non-KEY=VALUE line
 
 
 def _slurm_cluster(kind: str, topo: object, p: Path, hardware: Hardware | None) -> Cluster:

@@ -14,7 +14,6 @@ only key.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import yaml
@@ -24,8 +23,7 @@ from tsched.errors import InputError
 from tsched.formats.slurm import (
     BlockTopology,
     blocks_from_cluster,
-    parse_block,
-    parse_tree,
+    parse_topology_conf,
     write_block,
     write_tree,
 )
@@ -89,9 +87,7 @@ def parse_configmap(
     if topology is not None:
         raise InputError(f"{inner}: --topology {topology!r} names one of a topology.yaml's "
                          "topologies; this key holds a topology.conf")  # fmt: skip
-    if re.search(r"^\s*BlockName\s*=", text, re.MULTILINE | re.IGNORECASE):
-        return "block", parse_block(text, inner)
-    return "tree", parse_tree(text, inner)
+    return parse_topology_conf(text, inner)
 
 
 def configmap(

@@ -36,6 +36,8 @@ __all__ = [
     "cluster_from_blocks",
     "blocks_from_cluster",
     "read_topology_conf",
+    "parse_topology_conf",
+    "block_sizes_problem",
 ]
 
 _PAIR = re.compile(r"(\w+)=(\S+)")
@@ -103,12 +105,7 @@ def write_tree(tree: SwitchTree) -> str:
     """``topology/tree`` text: switches from the roots down, each with its display name as a
     ``# id=name`` comment when it has one."""
     lines: list[str] = []
-    order: list[str] = []
-    frontier = tree.roots()
-    while frontier:
-        order.extend(frontier)
-        frontier = [kid for name in frontier for kid in tree.switches[name][0]]
-    for name in order:
+    for name in tree.top_down():
         kids, nodes = tree.switches[name]
         if name in tree.comments:
             lines.append(f"# {name}={tree.comments[name]}")
@@ -166,16 +163,26 @@ def parse_block(text: str, source: str = "topology.conf") -> BlockTopology:
     if not topo.blocks:
         raise InputError(f"{source}: no BlockName= lines")
     base = max(len(v) for v in topo.blocks.values())
-    if topo.sizes and min(topo.sizes) < 1:
-        raise InputError(f"{source}: BlockSizes={','.join(map(str, topo.sizes))}: node counts "
-                         "must be 1 or more")  # fmt: skip
-    if topo.sizes:
-        if topo.sizes[0] > base or any(b % topo.sizes[0] for b in topo.sizes):
-            raise InputError(
-                f"{source}: BlockSizes={','.join(map(str, topo.sizes))}: each size must be a "
-                f"multiple of the first, which must not exceed the largest block ({base} nodes)"
-            )
+    problem = block_sizes_problem(topo.sizes, base)
+    if problem:
+        raise InputError(f"{source}: BlockSizes={','.join(map(str, topo.sizes))}: {problem}")
     return topo
+
+
+def block_sizes_problem(sizes: list[int], largest: int) -> str:
+    """What is wrong with a block plugin's sizes (node counts) for blocks of at most
+    ``largest`` nodes, or "": each size must be a multiple of the first (the base block size),
+    which must not exceed the largest block.
+
+    >>> block_sizes_problem([4, 16], 4), block_sizes_problem([0], 4) != ""
+    ('', True)
+    """
+    if sizes and min(sizes) < 1:
+        return "node counts must be 1 or more"
+    if sizes and (sizes[0] > largest or any(s % sizes[0] for s in sizes)):
+        return (f"each size must be a multiple of the first, which must not exceed the largest "
+                f"block ({largest} nodes)")  # fmt: skip
+    return ""
 
 
 def write_block(topo: BlockTopology) -> str:
@@ -249,7 +256,11 @@ def blocks_from_cluster(cluster: Cluster) -> BlockTopology:
 
 def read_topology_conf(path: str | os.PathLike[str]) -> tuple[str, SwitchTree | BlockTopology]:
     """Read a ``topology.conf`` of either plugin: ("tree", tree) or ("block", blocks)."""
-    text = read_text(path, "Slurm topology.conf")
+    return parse_topology_conf(read_text(path, "Slurm topology.conf"), str(path))
+
+
+def parse_topology_conf(text: str, source: str) -> tuple[str, SwitchTree | BlockTopology]:
+    """A ``topology.conf``'s text, of either plugin: ("tree", tree) or ("block", blocks)."""
     if re.search(r"^\s*BlockName\s*=", text, re.MULTILINE | re.IGNORECASE):
-        return "block", parse_block(text, str(path))
-    return "tree", parse_tree(text, str(path))
+        return "block", parse_block(text, source)
+    return "tree", parse_tree(text, source)

@@ -22,7 +22,7 @@ from tsched._io import dump_yaml, load_yaml_text
 from tsched.cluster import Cluster
 from tsched.errors import InputError
 from tsched.formats.check import Checker, join
-from tsched.formats.slurm import BlockTopology, blocks_from_cluster
+from tsched.formats.slurm import BlockTopology, block_sizes_problem, blocks_from_cluster
 from tsched.formats.topology import (
     SwitchTree,
     hostlist_compress,
@@ -30,7 +30,13 @@ from tsched.formats.topology import (
     tree_from_cluster,
 )
 
-__all__ = ["TOPOLOGY_KINDS", "is_topology_yaml", "parse_topology_yaml", "topology_yaml"]
+__all__ = [
+    "TOPOLOGY_KINDS",
+    "is_topology_yaml",
+    "parse_topology_yaml",
+    "topology_from_yaml",
+    "topology_yaml",
+]
 
 #: The topology types topology.yaml(5) defines; tsched reads the first two.
 TOPOLOGY_KINDS = ("tree", "block", "flat", "ring", "torus3d")
@@ -112,11 +118,9 @@ def _block(ck: Checker, doc: Any, where: str) -> BlockTopology:
             join(where, "block_sizes"), f"expected node counts like [4, 16], got {sizes!r}"
         )
     topo.sizes = list(sizes)
-    largest = max(len(v) for v in topo.blocks.values())
-    if sizes and (sizes[0] > largest or any(s % sizes[0] for s in sizes)):
-        raise ck.fail(join(where, "block_sizes"),
-                      f"{sizes}: each size must be a multiple of the first, which must not "
-                      f"exceed the largest block ({largest} nodes)")  # fmt: skip
+    problem = block_sizes_problem(topo.sizes, max(len(v) for v in topo.blocks.values()))
+    if problem:
+        raise ck.fail(join(where, "block_sizes"), f"{sizes}: {problem}")
     return topo
 
 
@@ -146,8 +150,14 @@ def parse_topology_yaml(
     >>> parse_topology_yaml(text, "topology.yaml", "nvl")[2].blocks["b2"]
     ['node03', 'node04']
     """
+    return topology_from_yaml(load_yaml_text(text, source), source, topology)
+
+
+def topology_from_yaml(
+    doc: Any, source: str, topology: str | None = None
+) -> tuple[str, str, SwitchTree | BlockTopology]:
+    """:func:`parse_topology_yaml` of a topology.yaml already parsed (``doc``)."""
     ck = Checker(source)
-    doc = load_yaml_text(text, source)
     if not is_topology_yaml(doc):
         raise ck.fail("", "expected a topology.yaml: a list of {topology: NAME, tree | block | "
                           "flat: …}")  # fmt: skip
@@ -190,11 +200,7 @@ def topology_yaml(cluster: Cluster) -> str:
     and Slurm's block plugin would leave them out)."""
     tree = tree_from_cluster(cluster)
     switches = []
-    order, frontier = [], tree.roots()
-    while frontier:
-        order.extend(frontier)
-        frontier = [kid for name in frontier for kid in tree.switches[name][0]]
-    for name in order:
+    for name in tree.top_down():
         kids, nodes = tree.switches[name]
         entry: dict[str, Any] = {"switch": name}
         if kids:

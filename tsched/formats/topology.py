@@ -166,6 +166,15 @@ class SwitchTree:
         children = {c for kids, _ in self.switches.values() for c in kids}
         return [s for s in self.switches if s not in children]
 
+    def top_down(self) -> list[str]:
+        """Every switch, from the roots down, tier by tier (the order files list them in)."""
+        order: list[str] = []
+        frontier = self.roots()
+        while frontier:
+            order.extend(frontier)
+            frontier = [kid for name in frontier for kid in self.switches[name][0]]
+        return order
+
     def check(self, source: str) -> None:
         """Undefined child switches, cycles, a switch or node with two parents: InputError."""
         parent: dict[str, str] = {}
