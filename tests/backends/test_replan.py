@@ -4,6 +4,8 @@ removed under the running workers)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 import threading
@@ -47,73 +49,18 @@ def _model_files(tmp_path, names=CHAOS):
     return cluster, workload
 
 
-@pytest.mark.ray
-def test_replan_finishes_the_job_on_the_surviving_nodes(ray_cluster, tmp_path, capsys) -> None:
-    from ray._private.state import available_resources_per_node
+#: What each worker writes to the log: restart, rank, world size, layout, lost nodes.
+LOGGED = ("TSCHED_RESTART", "RANK", "WORLD_SIZE", "TSCHED_LAYOUT", "TSCHED_LOST_NODES")
 
+
+@contextlib.contextmanager
+def node_lost_mid_run(ray_cluster, tmp_path, names, *run_args):
+    """Add the chaos nodes ``names`` to the Ray cluster, plan the TP2 x DP3 job on them, and run
+    it with ``tsched run ray --replan --json`` (plus ``run_args``) while the node holding rank 4
+    is removed 4 s in. Yields (exit code, the JSON document or stderr, the lost node, the
+    workers' log lines); the surviving chaos nodes leave the cluster afterwards."""
     from tsched.backends.ray import gpu_resource
 
-    nodes = {name: ray_cluster.add_node(num_cpus=1, num_gpus=2, labels={"tsched.io/node": name},
-                                        resources={gpu_resource(name, g): 1 for g in range(2)})
-             for name in CHAOS}  # fmt: skip
-    ray_cluster.wait_for_nodes()
-    cluster, workload = _model_files(tmp_path)
-    plan_file = tmp_path / "plan.json"
-    assert main(["solve", "--cluster", str(cluster), "--workload", str(workload),
-                 "--method", "greedy", "--quiet", "-o", str(plan_file)]) == 0  # fmt: skip
-    plan = tsched.read_plan(plan_file)
-    victim = next(e.node for e in plan.assignment if e.worker == 4)
-    log = tmp_path / "ranks.log"
-    script = ("import os, time\n"
-              f"open({str(log)!r}, 'a').write(' '.join(os.environ.get(k, '') for k in "
-              "('TSCHED_RESTART', 'RANK', 'WORLD_SIZE', 'TSCHED_LAYOUT', 'TSCHED_LOST_NODES'))"
-              " + chr(10))\n"
-              "time.sleep(8 if os.environ['TSCHED_RESTART'] == '0' else 1)\n")  # fmt: skip
-    timer = threading.Timer(4.0, lambda: ray_cluster.remove_node(nodes[victim]))
-    capsys.readouterr()
-    timer.start()
-    started = time.monotonic()
-    try:
-        code = main(["run", "ray", str(plan_file), "--replan", "--max-restarts", "2",
-                     "--json", "--reservation-timeout", "60",
-                     "--", sys.executable, "-c", script])  # fmt: skip
-    finally:
-        timer.join()
-        for name, node in nodes.items():
-            if name != victim:
-                ray_cluster.remove_node(node)
-    captured = capsys.readouterr()
-    out = captured.out
-    assert code == 0, captured.err
-    doc = json.loads(out)
-    assert [r["lost_nodes"] for r in doc["restarts"]] == [[victim]]
-    assert doc["restarts"][0]["workers"] == 6 and doc["restarts"][0]["status"] in (
-        "optimal",
-        "feasible",
-    )
-    assert victim not in {w["node"] for w in doc["workers"]} and len(doc["workers"]) == 6
-    lines = [ln.split(" ") for ln in log.read_text().splitlines()]
-    again = sorted(int(ln[1]) for ln in lines if ln[0] == "1")
-    assert again == list(range(6)) and all(ln[4] == victim for ln in lines if ln[0] == "1")
-    assert all(ln[3] == "tp=2,dp=3" for ln in lines)
-    # every placement group removed and every surviving GPU free again
-    from ray.util.placement_group import placement_group_table
-
-    assert all(pg["state"] == "REMOVED" for pg in placement_group_table().values())
-    free = {k for node in available_resources_per_node().values() for k in node}
-    assert {gpu_resource("gpu-a", g) for g in range(4)} <= free
-    assert time.monotonic() - started < 120
-
-
-@pytest.mark.ray
-def test_replan_shrinks_the_data_parallel_degree_when_the_full_size_no_longer_fits(
-    ray_cluster, tmp_path, capsys
-) -> None:
-    """Three nodes of 2 GPUs hold the 6 workers whole; one is lost, 4 GPUs are left: with
-    --min-workers 4 the job runs on as TP2 x DP2, and its workers are told so."""
-    from tsched.backends.ray import gpu_resource
-
-    names = CHAOS[:3]
     nodes = {name: ray_cluster.add_node(num_cpus=1, num_gpus=2, labels={"tsched.io/node": name},
                                         resources={gpu_resource(name, g): 1 for g in range(2)})
              for name in names}  # fmt: skip
@@ -122,27 +69,66 @@ def test_replan_shrinks_the_data_parallel_degree_when_the_full_size_no_longer_fi
     plan_file = tmp_path / "plan.json"
     assert main(["solve", "--cluster", str(cluster), "--workload", str(workload),
                  "--method", "greedy", "--quiet", "-o", str(plan_file)]) == 0  # fmt: skip
-    plan = tsched.read_plan(plan_file)
-    victim = next(e.node for e in plan.assignment if e.worker == 4)
+    victim = next(e.node for e in tsched.read_plan(plan_file).assignment if e.worker == 4)
     log = tmp_path / "ranks.log"
     script = ("import os, time\n"
-              f"open({str(log)!r}, 'a').write(os.environ['TSCHED_RESTART'] + ' ' "
-              "+ os.environ['WORLD_SIZE'] + ' ' + os.environ['TSCHED_LAYOUT'] + chr(10))\n"
+              f"open({str(log)!r}, 'a').write(' '.join(os.environ.get(k, '') for k in "
+              f"{LOGGED!r}) + chr(10))\n"
               "time.sleep(8 if os.environ['TSCHED_RESTART'] == '0' else 1)\n")  # fmt: skip
     timer = threading.Timer(4.0, lambda: ray_cluster.remove_node(nodes[victim]))
-    capsys.readouterr()
     timer.start()
     try:
-        code = main(["run", "ray", str(plan_file), "--replan", "--min-workers", "4", "--json",
-                     "--cluster", str(cluster), "--", sys.executable, "-c", script])  # fmt: skip
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()) as out:
+            code = main(["run", "ray", str(plan_file), "--replan", "--json", *run_args,
+                         "--", sys.executable, "-c", script])  # fmt: skip
+        timer.join()
+        doc = json.loads(out.getvalue()) if code == 0 else err.getvalue()
+        lines = [ln.split(" ") for ln in log.read_text().splitlines()]
+        yield code, doc, victim, lines
     finally:
         timer.join()
         for name, node in nodes.items():
             if name != victim:
                 ray_cluster.remove_node(node)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    doc = json.loads(captured.out)
-    assert [(r["lost_nodes"], r["workers"]) for r in doc["restarts"]] == [([victim], 4)]
-    again = [ln.split() for ln in log.read_text().splitlines() if ln.startswith("1 ")]
-    assert len(again) == 4 and all(ln[1:] == ["4", "tp=2,dp=2"] for ln in again)
+
+
+@pytest.mark.ray
+def test_replan_finishes_the_job_on_the_surviving_nodes(ray_cluster, tmp_path) -> None:
+    from ray._private.state import available_resources_per_node
+    from ray.util.placement_group import placement_group_table
+
+    from tsched.backends.ray import gpu_resource
+
+    started = time.monotonic()
+    run_args = ("--max-restarts", "2", "--reservation-timeout", "60")
+    with node_lost_mid_run(ray_cluster, tmp_path, CHAOS, *run_args) as (code, doc, victim, lines):
+        assert code == 0, doc
+        assert [r["lost_nodes"] for r in doc["restarts"]] == [[victim]]
+        assert doc["restarts"][0]["workers"] == 6
+        assert doc["restarts"][0]["status"] in ("optimal", "feasible")
+        assert victim not in {w["node"] for w in doc["workers"]} and len(doc["workers"]) == 6
+        again = sorted(int(ln[1]) for ln in lines if ln[0] == "1")
+        assert again == list(range(6)) and all(ln[4] == victim for ln in lines if ln[0] == "1")
+        assert all(ln[3] == "tp=2,dp=3" for ln in lines)
+        # every placement group removed, every GPU of the surviving nodes free again
+        assert all(pg["state"] == "REMOVED" for pg in placement_group_table().values())
+        free = {k for node in available_resources_per_node().values() for k in node}
+        survivors = [n for n in CHAOS if n != victim]
+        assert {gpu_resource(n, g) for n in survivors for g in range(2)} <= free
+    assert time.monotonic() - started < 120
+
+
+@pytest.mark.ray
+def test_replan_shrinks_the_data_parallel_degree_when_the_full_size_no_longer_fits(
+    ray_cluster, tmp_path
+) -> None:
+    """Three nodes of 2 GPUs hold the 6 workers whole; one is lost, 4 GPUs are left: with
+    --min-workers 4 the job runs on as TP2 x DP2, and its workers are told so."""
+    with node_lost_mid_run(ray_cluster, tmp_path, CHAOS[:3], "--min-workers", "4") as (
+        code, doc, victim, lines,
+    ):  # fmt: skip
+        assert code == 0, doc
+        assert [(r["lost_nodes"], r["workers"]) for r in doc["restarts"]] == [([victim], 4)]
+        again = [ln for ln in lines if ln[0] == "1"]
+        assert len(again) == 4 and all(ln[2:4] == ["4", "tp=2,dp=2"] for ln in again)

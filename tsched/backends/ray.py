@@ -47,6 +47,7 @@ __all__ = [
     "ray_start_argv",
     "ray_start_flags",
     "ray_start_lines",
+    "live_nodes",
     "live_problems",
     "run",
     "WorkerResult",
@@ -232,17 +233,27 @@ def _nodes_by_label(ray: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def live_problems(plan: Plan) -> list[str]:
-    """What stops ``plan`` on the connected Ray cluster now: missing or dead nodes, GPUs the
-    node does not define, GPUs whose resource is held by someone else. Empty when it can run.
+def live_nodes(ray: Any) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]]]:
+    """The Ray cluster as tsched names it now: alive nodes by their ``tsched.io/node`` label
+    (Ray's node records), and the custom resources free on each (a GPU is free when its
+    ``tsched_gpu_…`` resource is).
 
     Free resources per node come from ``ray._private.state.available_resources_per_node``, a
     private Ray API (checked with ray 2.60); a change there shows up in the executor tests."""
-    ray = _ray()
     from ray._private.state import available_resources_per_node
 
-    nodes = _nodes_by_label(ray)
+    alive = _nodes_by_label(ray)
     available = available_resources_per_node()
+    free = {name: {k for k, v in available.get(info["NodeID"], {}).items() if v >= 1.0}
+            for name, info in alive.items()}  # fmt: skip
+    return alive, free
+
+
+def live_problems(plan: Plan) -> list[str]:
+    """What stops ``plan`` on the connected Ray cluster now: missing or dead nodes, GPUs the
+    node does not define, GPUs whose resource is held by someone else (:func:`live_nodes`).
+    Empty when it can run."""
+    nodes, free = live_nodes(_ray())
     problems = []
     for e in plan.assignment:
         info = nodes.get(e.node)
@@ -255,7 +266,7 @@ def live_problems(plan: Plan) -> list[str]:
                 f"worker {e.worker}: node {e.node!r} does not advertise {resource} "
                 f"(start it with the line `tsched ray start-flags` prints)"
             )
-        elif available.get(info["NodeID"], {}).get(resource, 0.0) < 1.0:
+        elif resource not in free[e.node]:
             problems.append(f"worker {e.worker}: GPU {e.gpu} of {e.node!r} is busy")
     return problems
 

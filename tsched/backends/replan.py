@@ -116,19 +116,6 @@ def _layout_text(workload: Workload) -> str:
                     if layout.size(d) > 1) or "tp=1"  # fmt: skip
 
 
-def _live_state(ray: Any) -> tuple[dict[str, Any], dict[str, set[str]]]:
-    """(alive nodes by tsched name, free custom resources by tsched name) as Ray reports them."""
-    from ray._private.state import available_resources_per_node
-
-    from tsched.backends.ray import _nodes_by_label
-
-    alive = _nodes_by_label(ray)
-    available = available_resources_per_node()
-    free = {name: {k for k, v in available.get(info["NodeID"], {}).items() if v >= 1.0}
-            for name, info in alive.items()}  # fmt: skip
-    return alive, free
-
-
 def run_replanning(
     plan: Plan,
     model: Cluster,
@@ -156,7 +143,7 @@ def run_replanning(
         ``min_workers``); everything is released first, as :func:`tsched.backends.ray.run`
         always does.
     """
-    from tsched.backends.ray import run
+    from tsched.backends.ray import live_nodes, run
     from tsched.discovery.ray import connect
     from tsched.problem import PlacementProblem
     from tsched.solvers.registry import solve
@@ -180,7 +167,7 @@ def run_replanning(
             return results, restarts, current
         except ExecutorError as exc:
             ray = connect(run_options.get("address"), ExecutorError)
-            alive, free = _live_state(ray)
+            alive, free = live_nodes(ray)
             gone = sorted({e.node for e in current.assignment} - set(alive))
             if not gone:
                 raise  # every node is alive: the application failed, not the cluster
