@@ -317,16 +317,17 @@ def picture(
         )
     )
     domains: tuple[tuple[int, int, int, int], ...] = ()
-    if heat:
-        column_of_gpu = node_column[cluster.gpu_node]
-        cells = []
-        for c in range(len(cols)):
-            mine = column_of_gpu == c
-            groups = gpu_group[mine]
-            placed = groups[groups >= 0]
-            top = int(np.bincount(placed).argmax()) if len(placed) else -1
-            cells.append((len(placed), int((groups == -2).sum()), int(mine.sum()), top))
-        domains = tuple(cells)
+    if heat:  # one pass over the GPUs: counts per column, and per (column, group) for the top
+        column = node_column[cluster.gpu_node]
+        n_cols = len(cols)
+        total = np.bincount(column, minlength=n_cols)
+        busy = np.bincount(column[gpu_group == -2], minlength=n_cols)
+        placed = gpu_group >= 0
+        pairs = np.bincount(column[placed] * len(names) + gpu_group[placed],
+                            minlength=n_cols * len(names)).reshape(n_cols, len(names))  # fmt: skip
+        in_use = pairs.sum(axis=1)
+        top = np.where(in_use > 0, pairs.argmax(axis=1), -1)
+        domains = tuple(zip(in_use.tolist(), busy.tolist(), total.tolist(), top.tolist()))
     return Picture(
         title=f"{plan.workload} on {cluster.name}",
         subtitle=subtitle,
@@ -448,18 +449,20 @@ def _hatches(count: int) -> list[str]:
     return [_HATCHES[i % len(_HATCHES)] for i in range(count)]
 
 
-def _gpu_cells(pic: Picture) -> list[tuple[str, float, float, int, int]]:
-    """(node, x, y, first global GPU, GPUs) per drawn square: one per GPU, or one per node when
-    aggregated (coloured by the group that holds most of its GPUs)."""
+def _gpu_cells(pic: Picture) -> list[tuple[str, float, float, int, int, int]]:
+    """(node, x, y, first global GPU, GPUs, GPU index on the node) per drawn square: one per
+    GPU, or one per node when aggregated (coloured by the group that holds most of its GPUs).
+    None past :data:`DOMAIN_GPUS`, where the leaves are drawn instead."""
+    if pic.domains:
+        return []
     cells = []
     gpu = 0
     for name, x, y, per_row, count in pic.nodes:
         if pic.aggregated:
-            cells.append((name, x, y, gpu, count))
+            cells.append((name, x, y, gpu, count, 0))
         else:
-            cells.extend(
-                (name, x + k % per_row, y + k // per_row, gpu + k, 1) for k in range(count)
-            )
+            cells.extend((name, x + k % per_row, y + k // per_row, gpu + k, 1, k)
+                         for k in range(count))  # fmt: skip
         gpu += count
     return cells
 
@@ -552,7 +555,6 @@ def _draw(pic: Picture, path: Path) -> None:
             label = ax.text(x - 0.15, y + 0.45, name, ha="right", va="center", fontsize=size)
             label.set_gid(f"tsched-node-{k}")
             titles[f"tsched-node-{k}"] = f"{name}: {count} GPUs"
-    first = dict(zip([n[0] for n in pic.nodes], np.cumsum([0] + [n[4] for n in pic.nodes])))
     with matplotlib.rc_context({"hatch.linewidth": 0.4, "hatch.color": "#404040"}):
         for k, (x, y, w, h, parts, tip) in enumerate(_domain_cells(pic, colors, hatches)):
             for color, hatch, y0, height in parts:
@@ -562,12 +564,12 @@ def _draw(pic: Picture, path: Path) -> None:
             cell.set_gid(f"tsched-domain-{k}")
             titles[f"tsched-domain-{k}"] = tip
             ax.add_patch(cell)
-        for k, (name, x, y, g, count) in enumerate([] if pic.domains else _gpu_cells(pic)):
+        for k, (name, x, y, g, count, local) in enumerate(_gpu_cells(pic)):
             cell = Rectangle((x, y), 0.9, 0.9, facecolor=_fill(pic, colors, g, count),
                              hatch=_hatch(pic, hatches, g, count) or None,
                              edgecolor="#555555", linewidth=0.3)  # fmt: skip
             cell.set_gid(f"tsched-gpu-{k}")
-            titles[f"tsched-gpu-{k}"] = _tip(pic, name, g, count, g - int(first[name]))
+            titles[f"tsched-gpu-{k}"] = _tip(pic, name, g, count, local)
             ax.add_patch(cell)
     for _, x, y, w, h, _ in pic.columns:
         ax.add_patch(
@@ -641,28 +643,32 @@ def _draw(pic: Picture, path: Path) -> None:
             bars.set_title(title, fontsize=8)
             bars.bar_label(bars.containers[0], fmt="%.3g", fontsize=7, padding=2)
             bars.tick_params(labelsize=7)
-    from tsched._io import save_figure
+    from tsched._io import atomic_write_text, save_figure
 
     with matplotlib.rc_context({"svg.fonttype": "none"}):  # text stays text in SVG
-        save_figure(fig, path, dpi=130)
-    if path.suffix.lower() == ".svg":
-        _svg_titles(path, titles)
+        if path.suffix.lower() != ".svg":
+            save_figure(fig, path, dpi=130)
+            return
+        import io
+
+        svg = io.StringIO()
+        try:
+            fig.savefig(svg, format="svg", dpi=130)
+        finally:
+            plt.close(fig)
+    atomic_write_text(path, _svg_titles(svg.getvalue(), titles))  # written once, whole
 
 
-def _svg_titles(path: Path, titles: dict[str, str]) -> None:
+def _svg_titles(svg: str, titles: dict[str, str]) -> str:
     """Give the SVG's nodes and GPUs their tooltips: a ``<title>`` as the first child of each
     element matplotlib wrote for them (``<g id="tsched-gpu-7">``), as browsers show on hover."""
     import re
-
-    from tsched._io import atomic_write_text
 
     def add(match: re.Match[str]) -> str:
         tip = titles.get(match.group(1))
         return match.group(0) + (f"<title>{html.escape(tip)}</title>" if tip else "")
 
-    text = re.sub(r'<g id="(tsched-(?:gpu|node|domain)-\d+)">', add,
-                  path.read_text(encoding="utf-8"))  # fmt: skip
-    atomic_write_text(path, text)
+    return re.sub(r'<g id="(tsched-(?:gpu|node|domain)-\d+)">', add, svg)
 
 
 def _html(pic: Picture, plan: Plan) -> str:
@@ -713,10 +719,8 @@ def _html(pic: Picture, plan: Plan) -> str:
             f'height="{px(h)}" fill="#fff" fill-opacity="0" stroke="#555" stroke-width="0.6" '
             f'data-domain="{k}"><title>{html.escape(tip)}</title></rect>'
         )
-    first = dict(zip([n[0] for n in pic.nodes], np.cumsum([0] + [n[4] for n in pic.nodes])))
-    for name, cx, cy, g, size in [] if pic.domains else _gpu_cells(pic):
+    for name, cx, cy, g, size, local in _gpu_cells(pic):
         worker = int(pic.gpu_worker[g])
-        local = g - int(first[name])
         tip = _tip(pic, name, g, size, local)
         fill = paint(_fill(pic, colors, g, size), _hatch(pic, hatches, g, size))
         parts.append(
