@@ -82,9 +82,16 @@ def command() -> str:
     return " ".join(["python -m", module, *map(shlex.quote, sys.argv[1:])])
 
 
-def stamp(text: str, cmd: str | None = None) -> str:
-    """``text`` with the stamp line (commit and command) after its title, replacing an old one."""
-    line = f"Measured at commit `{commit()}` with `{cmd or command()}`."
+def stamp(text: str) -> str:
+    """``text`` with the stamp line (commit and command) after its title, replacing an old one.
+
+    >>> import re
+    >>> once = stamp("# Title\\nbody\\n")
+    >>> re.fullmatch(r"# Title\\n\\nMeasured at commit `\\w+(\\+changes)?` with `python -m .*`\\."
+    ...              r"\\n\\nbody\\n", once) is not None, stamp(once) == once
+    (True, True)
+    """
+    line = f"Measured at commit `{commit()}` with `{command()}`."
     text = STAMP.sub("", text)
     title, _, rest = text.partition("\n")
     return f"{title}\n\n{line}\n\n{rest.lstrip(chr(10))}"

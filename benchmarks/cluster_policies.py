@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 import tsched
-from benchmarks._common import RESULTS, ROOT, machine, markdown_table, write_result
+from benchmarks._common import RESULTS, ROOT, machine, markdown_table, stamp, write_result
 from tsched.compare.runner import parse_policies
 from tsched.compare.simulator import SimConfig
 from tsched.compare.study import (
@@ -867,7 +867,7 @@ def report(args, rows, loads, replicas, days, total):
         + "\n"
     )
     if args.out:
-        (out / f"{result}.md").write_text(text)
+        (out / f"{result}.md").write_text(stamp(text))
     else:
         write_result(result, text)
     print(text)

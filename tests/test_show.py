@@ -212,11 +212,15 @@ def test_a_128_node_plan_names_its_nodes_and_every_gpu_says_what_runs_there(tmp_
     assert len(gpus) == cluster.n_gpus and len(titles) == cluster.n_gpus + cluster.n_nodes
     e = next(e for e in plan.assignment if e.worker == 17)
     assert f"worker 17 ({plan.roles[17]}) on {e.node} GPU {e.gpu}, TP group" in "\n".join(gpus)
-    # 16 TP groups: none of them is drawn in the busy grey
+    # 16 TP groups: each GPU square of the plan is drawn in its group's colour, 16 colours in
+    # all, none of them the busy grey
     from tsched.show import _BUSY
 
     pic = picture(plan, cluster, workload)
-    assert len(pic.group_names) == 16 and _BUSY.lower() not in svg.split("<title>")[0].lower()
+    fills = re.findall(r'<g id="tsched-gpu-\d+"><title>worker [^<]*</title>\s*<path [^>]*?'
+                       r"fill: (#[0-9a-f]{6})", svg)  # fmt: skip
+    assert len(pic.group_names) == 16 and len(fills) == len(plan.assignment)
+    assert len(set(fills)) == 16 and _BUSY not in fills
 
 
 def test_a_plan_finds_the_models_it_was_solved_with_and_draws_no_empty_panel(

@@ -233,7 +233,7 @@ def cluster_from_labels(
             if tier in lab:
                 tiers_of.setdefault(lab[tier], set()).add(tier)
     tree = SwitchTree()
-    for index, (node, _) in enumerate(nodes):
+    for index, (node, labels) in enumerate(nodes):
         chain = []
         for tier in present:
             value = _require(nodes, index, node, tier, source)
@@ -241,7 +241,6 @@ def cluster_from_labels(
             chain.append(
                 value if len(tiers_of[value]) == 1 else f"{tier.rsplit('/', 1)[1]}-{value}"
             )
-        labels = nodes[index][1]
         if accel in labels:
             tree.domains[node] = labels[accel]
         if scheme == "topograph" and SUB_DOMAIN_LABEL in labels:
