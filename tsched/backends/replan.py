@@ -34,7 +34,10 @@ from tsched.errors import ExecutorError, InputError
 from tsched.plan import Plan
 from tsched.workload import Workload
 
-__all__ = ["Restart", "live_cluster", "shrink_workload", "run_replanning"]
+__all__ = ["DEFAULT_RESTARTS", "Restart", "live_cluster", "shrink_workload", "run_replanning"]
+
+#: Restarts allowed when none is given (``--max-restarts``).
+DEFAULT_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def run_replanning(
     *,
     entrypoint: str | None = None,
     command: Sequence[str] | None = None,
-    max_restarts: int = 3,
+    max_restarts: int = DEFAULT_RESTARTS,
     min_workers: int | None = None,
     method: str = "auto",
     time_limit: float | None = None,

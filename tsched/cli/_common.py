@@ -27,6 +27,7 @@ __all__ = [
     "number",
     "MAX_SEEDS",
     "progress",
+    "load_plan_models",
 ]
 
 #: Most seeds (replicas) a comparison may ask for in one command.
@@ -162,3 +163,47 @@ def progress(quiet: bool) -> Any:
         console=Console(stderr=True, quiet=quiet),
         transient=True,
     )
+
+
+def load_plan_models(
+    plan: Any, cluster: str | None, workload: str | None, plan_path: str | None = None
+) -> tuple[Any, Any]:
+    """The cluster and workload to draw a plan with: the given files or presets, else where the
+    plan says they came from (its ``sources``, as given when it was solved: a path from the
+    current folder or from the plan's, or a preset), else the presets the plan names. A
+    workload that cannot be found is left out (no traffic drawn)."""
+    from tsched import presets
+    from tsched.presets import load_cluster, load_workload
+
+    sources = dict(plan.sources or {})
+    cluster = cluster or _found(sources.get("cluster"), plan_path, presets.CLUSTERS)
+    workload = workload or _found(sources.get("workload"), plan_path, presets.WORKLOADS)
+    if cluster is None:
+        if plan.cluster not in presets.CLUSTERS:
+            where = f"{plan_path}: " if plan_path else ""
+            recorded = sources.get("cluster")
+            found = f" and its recorded source {recorded!r} is not found" if recorded else ""
+            raise InputError(
+                f"{where}cluster: the plan's cluster {plan.cluster!r} is not a preset{found}; "
+                "give its model with --cluster FILE"
+            )
+        cluster = plan.cluster
+    if workload is None and plan.workload in presets.WORKLOADS:
+        workload = plan.workload
+    return load_cluster(cluster), (load_workload(workload) if workload else None)
+
+
+def _found(source: str | None, plan_path: str | None, names: dict[str, str]) -> str | None:
+    """A recorded source that can be read: a file from here or from the plan's folder, or a
+    preset name; None otherwise."""
+    from pathlib import Path
+
+    if not source:
+        return None
+    if Path(source).exists() or (source in names and not Path(source).suffix):
+        return source
+    if plan_path is not None:
+        beside = Path(plan_path).parent / source
+        if beside.exists():
+            return str(beside)
+    return None

@@ -294,8 +294,11 @@ def add_parsers(sub: Any) -> None:
         metavar="FILE",
         help="nccl-tests output whose bus bandwidth replaces the link it measured (repeatable)",
     )
-    p.add_argument("--topology", default=None,
-                   help="slurm: which topology of a topology.yaml (default: its cluster_default)")
+    p.add_argument(
+        "--topology",
+        default=None,
+        help="slurm: which topology of a topology.yaml (default: its cluster_default)",
+    )
     p.add_argument("--sysfs-root", default="/", help="root of the sysfs tree (local)")
     p.add_argument(
         "--address", default=None, help="Ray address (default: the sandbox's, else auto)"
@@ -323,12 +326,20 @@ def add_parsers(sub: Any) -> None:
         "--label-scheme", default="topograph", choices=("topograph", "nvidia-v1", "nvidia-v2")
     )
     c.add_argument("--name", default=None, help="object name (kai-/kueue-topology)")
-    c.add_argument("--configmap-name", default="slurm-config",
-                   help="ConfigMap name (slinky-configmap; default slurm-config)")
-    c.add_argument("--namespace", default="slurm",
-                   help="ConfigMap namespace (slinky-configmap; default slurm)")
-    c.add_argument("--slurm-plugin", choices=("tree", "block"), default="tree",
-                   help="Slurm topology plugin the ConfigMap holds (default tree)")
+    c.add_argument(
+        "--configmap-name",
+        default="slurm-config",
+        help="ConfigMap name (slinky-configmap; default slurm-config)",
+    )
+    c.add_argument(
+        "--namespace", default="slurm", help="ConfigMap namespace (slinky-configmap; default slurm)"
+    )
+    c.add_argument(
+        "--slurm-plugin",
+        choices=("tree", "block"),
+        default="tree",
+        help="Slurm topology plugin the ConfigMap holds (default tree)",
+    )
     c.add_argument("--topology", default=None,
                    help="which topology of a Slurm topology.yaml to read (default: its "
                         "cluster_default)")  # fmt: skip

@@ -36,8 +36,8 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
             results = run(plan, entrypoint=args.entrypoint or None, command=command or None,
                           **options)  # fmt: skip
     else:
-        from tsched.backends.replan import run_replanning
-        from tsched.cli.show import load_plan_models
+        from tsched.backends.replan import DEFAULT_RESTARTS, run_replanning
+        from tsched.cli._common import load_plan_models
 
         model, workload = load_plan_models(plan, args.cluster, args.workload, args.plan)
         if workload is None:
@@ -56,7 +56,7 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
             results, restarts, plan = run_replanning(
                 plan, model, workload, entrypoint=args.entrypoint or None,
                 command=command or None,
-                max_restarts=3 if args.max_restarts is None else args.max_restarts,
+                max_restarts=DEFAULT_RESTARTS if args.max_restarts is None else args.max_restarts,
                 min_workers=args.min_workers, method=args.method, time_limit=args.time_limit,
                 on_restart=None if quiet else said, **options,
             )  # fmt: skip
@@ -108,6 +108,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def add_parsers(sub: Any) -> None:
+    from tsched.backends.replan import DEFAULT_RESTARTS
+
     p = sub.add_parser("run", help="execute a plan (ray)")
     rsub = p.add_subparsers(dest="backend", metavar="ray", required=True)
     r = rsub.add_parser(
@@ -128,7 +130,7 @@ def add_parsers(sub: Any) -> None:
                    help="on a lost node, release everything, re-plan on the GPUs still alive "
                         "and start again")  # fmt: skip
     g.add_argument("--max-restarts", type=integer(0, 100), default=None, metavar="K",
-                   help="restarts allowed (default 3)")  # fmt: skip
+                   help=f"restarts allowed (default {DEFAULT_RESTARTS})")  # fmt: skip
     g.add_argument("--min-workers", type=integer(1), default=None, metavar="N",
                    help="allow a smaller data-parallel degree, down to N workers, when the "
                         "full size no longer fits")  # fmt: skip

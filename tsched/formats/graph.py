@@ -19,10 +19,8 @@ whose level prices them in the cluster model.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-from tsched._io import atomic_write_text
 from tsched.cluster import Cluster
 
 __all__ = ["GRAPH_FORMATS", "cluster_graph", "graph_text"]
@@ -93,8 +91,3 @@ def graph_text(cluster: Cluster, fmt: str) -> str:
     if fmt == "node-link":
         return json.dumps(nx.node_link_data(g, edges="edges"), indent=1) + "\n"
     raise ValueError(f"graph format {fmt!r}: expected one of {', '.join(GRAPH_FORMATS)}")
-
-
-def write_graph(cluster: Cluster, fmt: str, path: str | os.PathLike[str]) -> None:
-    """:func:`graph_text` written atomically to ``path``."""
-    atomic_write_text(path, graph_text(cluster, fmt))
