@@ -217,25 +217,25 @@ def service(ray_cluster, tmp_path):
     """Bring a service up from a spec dict; after the test, bring it down and check that no
     process, port, actor or placement group is left."""
     from tsched.backends.dynamo import down, up
-    from tsched.backends.dynamo.lifecycle import _find
+    from tsched.backends.dynamo.owners import find_parts
     from tsched.discovery.ray import inventory
 
-    cluster = inventory(timeout=20).cluster
     model = write_tiny_model(tmp_path / "tiny")
     started: list[tuple[str, list[int], Path]] = []
 
-    def start(name: str, serving: dict, **over):
+    def start(name: str, serving: dict, *, cluster=None, replace_lost=True, **over):
         port = free_port()
+        restart = {"health_timeout": 90, "lease_timeout": 3, "replace_lost": replace_lost}
         spec = spec_from_dict(spec_doc(name=name, serving=serving, frontend={"port": port},
                                        model={"name": "tiny", "path": str(model)},
-                                       restart={"health_timeout": 90, "lease_timeout": 3},
-                                       **over))  # fmt: skip
+                                       restart=restart, **over))  # fmt: skip
+        cluster = cluster or inventory(timeout=20).cluster
         problem = tsched.PlacementProblem.build(cluster, service_workload(spec))
         plan = tsched.solve(problem, method="greedy", seed=0).plan()
         work = tmp_path / name
         ports = [port] + ([spec.router.port] if spec.router is not None else [])
         started.append((name, ports, work))
-        state = up(spec, plan, workdir=work, timeout=120)
+        state = up(spec, plan, workdir=work, timeout=120, cluster=cluster, method="greedy")
         return spec, plan, state, port, work
 
     yield start
@@ -243,13 +243,13 @@ def service(ray_cluster, tmp_path):
     from ray.util.placement_group import placement_group_table
 
     for name, ports, work in started:
-        if _find(ray, name):
+        if find_parts(ray, name):
             down(name)
         receipts = [json.loads(p.read_text()) for p in work.glob("*.receipt.json")]
         pids = [run["pid"] for r in receipts for run in r["runs"]]
         assert receipts and not any(alive(p) for p in pids), "engine processes left behind"
         assert not any(listening(p) for p in ports), "frontend port still open"
-        assert not _find(ray, name), "actors left behind"
+        assert not find_parts(ray, name), "actors left behind"
         tables = placement_group_table().values()
         assert not [t for t in tables if t.get("name", "").startswith(f"tsched-dynamo-{name}-")
                     and t.get("state") != "REMOVED"], "placement group left behind"  # fmt: skip
@@ -260,7 +260,12 @@ def test_aggregated_service_answers_then_goes_down_cleanly(service) -> None:
     import urllib.request
 
     spec, plan, state, port, work = service("agg", {"decode": {"replicas": 2, "tp": 1}})
-    assert state["healthy"] and set(state["parts"]) == {"decode0", "decode1", "frontend"}
+    assert state["healthy"] and set(state["parts"]) == {
+        "decode0",
+        "decode1",
+        "frontend",
+        "supervisor",
+    }
     out = completion(port)
     assert out["usage"]["completion_tokens"] == 8
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
@@ -287,7 +292,13 @@ def test_router_tsched_serves_agents_through_the_proxy_on_pinned_replicas(servic
         engine_args=["--speedup-ratio", "10", "--block-size", "16",
                      "--num-gpu-blocks-override", "500"],
     )  # fmt: skip
-    assert state["healthy"] and set(state["parts"]) == {"decode0", "decode1", "frontend", "router"}
+    assert state["healthy"] and set(state["parts"]) == {
+        "decode0",
+        "decode1",
+        "frontend",
+        "router",
+        "supervisor",
+    }
     base = f"http://127.0.0.1:{rport}"
     with urllib.request.urlopen(base + "/health", timeout=10) as resp:
         health = json.loads(resp.read())
@@ -340,7 +351,10 @@ def test_disaggregated_prefill_decode_service(service) -> None:
     spec, plan, state, port, work = service(
         "disagg", {"prefill": {"replicas": 1, "tp": 1}, "decode": {"replicas": 1, "tp": 2}}
     )
-    assert set(state["parts"]) == {"prefill0", "decode0", "frontend"} and state["healthy"]
+    assert (
+        set(state["parts"]) == {"prefill0", "decode0", "frontend", "supervisor"}
+        and state["healthy"]
+    )
     for replica in replicas_of(plan, spec):  # each engine got exactly its planned GPUs
         guard = json.loads((work / f"disagg-{replica.name}.guardian.json").read_text())
         assert guard["env"]["CUDA_VISIBLE_DEVICES"] == ",".join(map(str, replica.gpus))
@@ -381,11 +395,13 @@ def test_killed_engine_is_restarted_by_its_guardian(service) -> None:
 def test_owner_killed_takes_its_engine_down(service) -> None:
     import ray
 
-    from tsched.backends.dynamo.lifecycle import _actor_name
+    from tsched.backends.dynamo.owners import actor_name
 
-    _spec, _plan, state, _port, work = service("owner", {"decode": {"replicas": 1, "tp": 1}})
+    _spec, _plan, state, _port, work = service(
+        "owner", {"decode": {"replicas": 1, "tp": 1}}, replace_lost=False
+    )
     pid = state["parts"]["decode0"]["pid"]
-    actor = ray.get_actor(_actor_name("owner", "decode0"), namespace="tsched")
+    actor = ray.get_actor(actor_name("owner", "decode0"), namespace="tsched")
     ray.kill(actor)  # SIGKILL of the owning actor's process
     deadline = time.monotonic() + 15  # well within lease timeout + stop timeout
     while time.monotonic() < deadline and alive(pid):
@@ -402,6 +418,136 @@ def test_owner_killed_takes_its_engine_down(service) -> None:
         receipt = json.loads((work / "decode0.receipt.json").read_text())
     assert not alive(guardian)
     assert receipt.get("end_reason") in (None, "owner-gone", "lease-expired")
+
+
+def _chaos_model(names: tuple[str, ...]) -> tsched.Cluster:
+    """A model of the chaos nodes: 2 GPUs each under one leaf."""
+    from tsched.formats.cluster_yaml import cluster_from_dict
+
+    return cluster_from_dict({
+        "tsched": "cluster/v1", "name": "dyn-chaos",
+        "links": {"nvlink": {"bandwidth": 450, "latency": 2},
+                  "leaf": {"bandwidth": 50, "latency": 5}},
+        "levels": ["leaf"],
+        "node_types": {"pair": {"gpus": 2, "gpu": {"model": "H100"}, "intra": "nvlink"}},
+        "nodes": [{"name": n, "type": "pair", "at": {"leaf": "l0"}} for n in names],
+    })  # fmt: skip
+
+
+@live
+def test_a_replica_whose_node_dies_is_replaced_while_the_frontend_keeps_serving(
+    ray_cluster, service, capsys
+) -> None:
+    """Two TP2 replicas on two of three chaos nodes; the node of one is removed from the Ray
+    cluster. The frontend keeps answering from the other replica, the supervisor re-plans the
+    lost one onto the third node, and the service is back to two healthy replicas. Then the
+    third node goes too: with no room the replacement fails and says why, until the first node
+    joins again and the replica is placed there. `tsched dynamo status` tells the story; the
+    fixture checks that `down` leaves nothing, the lost replicas' engines included."""
+    import threading
+
+    from tsched.backends.dynamo import status
+    from tsched.backends.ray import gpu_resource
+    from tsched.cli import main
+
+    names = ("dyn-1", "dyn-2", "dyn-3")
+    nodes = {n: ray_cluster.add_node(num_cpus=1, num_gpus=2, labels={"tsched.io/node": n},
+                                     resources={gpu_resource(n, g): 1 for g in range(2)})
+             for n in names}  # fmt: skip
+    ray_cluster.wait_for_nodes()
+    answers: list[tuple[float, bool]] = []
+    done = threading.Event()
+    try:
+        spec, plan, state, port, work = service(
+            "heal", {"decode": {"replicas": 2, "tp": 2}}, cluster=_chaos_model(names)
+        )
+        assert state["healthy"] and set(state["parts"]) >= {"decode0", "decode1", "supervisor"}
+        where = {r.name: r.node for r in replicas_of(plan, spec)}
+        assert len(set(where.values())) == 2
+        victim, spare = where["decode0"], next(n for n in names if n not in where.values())
+
+        def ask() -> None:
+            while not done.is_set():
+                try:
+                    ok = completion(port)["usage"]["completion_tokens"] == 8
+                except OSError:
+                    ok = False
+                answers.append((time.monotonic(), ok))
+                time.sleep(0.1)
+
+        asker = threading.Thread(target=ask, daemon=True)
+        asker.start()
+        time.sleep(1.0)
+        removed = time.monotonic()
+        ray_cluster.remove_node(nodes.pop(victim))
+        deadline, events = removed + 150, []
+        while time.monotonic() < deadline:
+            now = status("heal")
+            events = now.get("events", [])
+            if any(e["event"] == "replica-replaced" for e in events) and now["healthy"]:
+                break
+            time.sleep(0.5)
+        back = time.monotonic() - removed
+        kinds = [e["event"] for e in events]
+        assert "replica-lost" in kinds and "replica-replaced" in kinds, events
+        lost = next(e for e in events if e["event"] == "replica-lost")
+        moved = next(e for e in events if e["event"] == "replica-replaced")
+        assert lost["part"] == moved["part"] == "decode0" and lost["node"] == victim
+        assert moved["node"] == spare and moved["from_node"] == victim and moved["seconds"] < back
+        assert now["healthy"] and now["replicas"]["decode0"]["node"] == spare
+        # the frontend lists both replicas again and answers; it answered throughout
+        from tsched.backends.dynamo import wait_listed
+
+        listed, said = wait_listed(f"http://127.0.0.1:{port}", 2, 60)
+        assert len(listed) == 2, said
+        time.sleep(1.0)
+        done.set()
+        asker.join(60)
+        during = [ok for t, ok in answers if removed <= t <= removed + back]
+        assert sum(during) >= max(1, len(during) // 2), (sum(during), len(during))
+        assert answers[-1][1]
+        assert (work / "decode0.lost-0.receipt.json").exists()
+        replanned = json.loads((work / "plan.json").read_text())
+        assert {e["node"] for e in replanned["assignment"]} == {spare, where["decode1"]}
+
+        # no room: the spare's node goes too; the replacement fails, said, until the first
+        # node joins again, and is tried again there
+        ray_cluster.remove_node(nodes.pop(spare))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            failed = [e for e in status("heal")["events"] if e["event"] == "replace-failed"]
+            if failed:
+                break
+            time.sleep(0.5)
+        assert "no alive node has 2 free GPUs for replica 'decode0'" in failed[0]["reason"]
+        assert status("heal")["parts"]["decode0"]["state"] == "replacing"
+        nodes[victim] = ray_cluster.add_node(
+            num_cpus=1, num_gpus=2, labels={"tsched.io/node": victim},
+            resources={gpu_resource(victim, g): 1 for g in range(2)},
+        )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            now = status("heal")
+            if now["healthy"] and now["replicas"]["decode0"]["node"] == victim:
+                break
+            time.sleep(0.5)
+        assert now["healthy"] and now["replicas"]["decode0"]["node"] == victim, now
+        capsys.readouterr()
+        assert main(["dynamo", "status", "heal"]) == 0
+        said = capsys.readouterr().out
+        assert f"decode0 lost: node {spare} is dead" in said
+        assert f"decode0 replaced on {victim} GPUs 0,1" in said and "not replaced" in said
+    finally:
+        done.set()
+        import ray
+
+        from tsched.backends.dynamo import down
+        from tsched.backends.dynamo.owners import find_parts
+
+        if find_parts(ray, "heal"):
+            down("heal")  # before its nodes go; the fixture checks what is left
+        for node in nodes.values():
+            ray_cluster.remove_node(node)
 
 
 @live

@@ -26,10 +26,18 @@ def cmd_up(args: argparse.Namespace) -> int:
         sandbox = sandbox_state()
         if sandbox is not None and default_address() == sandbox["address"]:
             args.cluster = sandbox["cluster_file"]  # plan on the sandbox it will run on
+    model = load_cluster(args.cluster) if args.cluster else None
     if args.plan:
         plan = read_plan(args.plan)
-    elif args.cluster:
-        problem = PlacementProblem.build(load_cluster(args.cluster), service_workload(spec))
+        if model is None and (plan.sources or {}).get("cluster"):
+            from tsched.cli._common import load_plan_models
+
+            try:  # the model it was planned on re-plans a lost replica
+                model, _ = load_plan_models(plan, None, None, args.plan)
+            except InputError:
+                model = None  # the live cluster's inventory then
+    elif model is not None:
+        problem = PlacementProblem.build(model, service_workload(spec))
         result = solve(problem, method=args.method, time_limit=args.time_limit, seed=0)
         if result.assignment is None:
             raise InputError(f"no placement for {spec.name!r}: {result.message}")
@@ -44,7 +52,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     err = Console(stderr=True, quiet=args.quiet or args.json, highlight=False)
     with err.status(f"starting {spec.name} ({spec.engine})…"):
         state = up(spec, plan, workdir=args.workdir or f".tsched-dynamo/{spec.name}",
-                   address=args.address, timeout=args.timeout)  # fmt: skip
+                   address=args.address, timeout=args.timeout, cluster=model,
+                   method=args.method, time_limit=args.time_limit)  # fmt: skip
     state["url"] = state["frontend_url"] = f"http://{spec.frontend_host}:{spec.frontend_port}"
     if spec.router is not None:  # agents talk to the program-aware proxy
         state["url"] = f"http://{spec.router.host}:{spec.router.port}"
@@ -61,6 +70,28 @@ def _print(state: dict[str, Any]) -> None:
     for name, part in state["parts"].items():
         print(f"  {name}: {part.get('state')} pid {part.get('pid')} "
               f"restarts {part.get('restarts', 0)}")  # fmt: skip
+    for event in state.get("events", []):
+        print(f"  {_event_line(event)}")
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    """One supervisor event in words, with its local time."""
+    import time
+
+    when = time.strftime("%H:%M:%S", time.localtime(event.get("at", 0)))
+    kind, part = event.get("event"), event.get("part", "")
+    if kind == "replica-lost":
+        return f"{when} {part} lost: {event.get('reason')}"
+    if kind == "replica-replaced":
+        objective = event.get("objective")
+        cost = f", service objective {objective:.4g} s/iter" if objective is not None else ""
+        return (f"{when} {part} replaced on {event.get('node')} GPUs "
+                f"{','.join(map(str, event.get('gpus', [])))} after {event.get('seconds')} s "
+                f"(planned in {event.get('plan_seconds')} s{cost})")  # fmt: skip
+    if kind == "replace-failed":
+        retry = event.get("retry_in")
+        return f"{when} {part} not replaced: {event.get('reason')} (next try in {retry} s)"
+    return f"{when} {kind}: {event.get('error', '')}"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -94,7 +125,11 @@ def add_parsers(sub: Any) -> None:
         help="cluster model to plan on (the Ray cluster's; default: the sandbox's, when one is up)",
     )
     q.add_argument("--plan", help="use this plan instead of planning")
-    q.add_argument("--method", default="auto", help="solver when planning (default auto)")
+    q.add_argument(
+        "--method",
+        default="auto",
+        help="solver when planning, and when re-planning a lost replica (default auto)",
+    )
     q.add_argument("--time-limit", type=number(positive=True), default=10.0, help="solver time, s")
     q.add_argument("--workdir", default=None, help="receipts, logs, discovery files")
     q.add_argument(

@@ -94,6 +94,11 @@ class Checker:
             raise self.fail(where, f"must be >= {minimum}, got {value!r}")
         return int(value)
 
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(where, f"expected true or false, got {_describe(value)}")
+        return value
+
     def choice(self, value: Any, where: str, allowed: Iterable[str]) -> str:
         allowed = tuple(allowed)
         text = self.string(value, where)

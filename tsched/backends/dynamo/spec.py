@@ -65,6 +65,8 @@ class DynamoSpec:
     health_timeout: float = 120.0
     lease_timeout: float = 10.0
     router: RouterSpec | None = None
+    #: re-place a replica whose node (or owning actor) is lost on the GPUs still free
+    replace_lost: bool = True
 
     @property
     def disaggregated(self) -> bool:
@@ -100,7 +102,7 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
     )
     front = ck.mapping(doc.get("frontend", {}), "frontend", optional=("host", "port"))
     disc = ck.mapping(doc.get("discovery", {}), "discovery", optional=("backend",))
-    restart_keys = ("policy", "max_restarts", "health_timeout", "lease_timeout")
+    restart_keys = ("policy", "max_restarts", "health_timeout", "lease_timeout", "replace_lost")
     restart = ck.mapping(doc.get("restart", {}), "restart", optional=restart_keys)
     args = ck.sequence(doc.get("engine_args", []), "engine_args")
     env = ck.mapping(doc.get("env", {}), "env", free_keys=True)
@@ -134,6 +136,7 @@ def spec_from_dict(data: Any, source: str = "dynamo spec") -> DynamoSpec:
             restart.get("lease_timeout", 10.0), "restart.lease_timeout", positive=True
         ),  # fmt: skip
         router=router,
+        replace_lost=ck.boolean(restart.get("replace_lost", True), "restart.replace_lost"),
     )
 
 
