@@ -372,14 +372,19 @@ def run(
             on_started(len(refs))
         deadline = None if execution_timeout is None else time.monotonic() + execution_timeout
         pending = list(refs)
+        planned = {nodes[s.node]["NodeID"]: s.node for s in specs}
         while pending:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, pending = ray.wait(pending, num_returns=1, timeout=wait)
-            if not ready:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = _WATCH if left is None else min(left, _WATCH)
+            ready, pending = ray.wait(pending, num_returns=1, timeout=step)
+            if not ready and deadline is not None and time.monotonic() >= deadline:
                 raise ExecutorError(
                     f"execution timed out after {execution_timeout:g} s with "
                     f"{len(pending)} worker(s) still running"
                 )
+            if not ready:
+                _check_nodes(ray, planned, specs, refs, pending)
+                continue
             try:
                 ray.get(ready[0])
             except Exception as exc:
@@ -413,6 +418,30 @@ def run(
                     pass
         remove_placement_group(pg)
         wait_released(pg, [next(iter(b)) for b in bundles])
+
+
+#: Seconds between looks at the plan's nodes while its workers run: Ray marks a node dead within
+#: a second or so of its raylet going, long before the lost worker's task fails (about 15 s).
+_WATCH = 0.5
+
+
+def _check_nodes(
+    ray: Any, planned: Mapping[str, str], specs: Sequence[WorkerSpec], refs: list[Any],
+    pending: list[Any],
+) -> None:  # fmt: skip
+    """Raise :class:`ExecutorError` naming the first running rank whose node Ray has marked
+    dead (the same failure the lost worker's task would report, seconds later)."""
+    dead = {
+        planned[i["NodeID"]] for i in ray.nodes() if not i.get("Alive") and i["NodeID"] in planned
+    }
+    if not dead:
+        return
+    running = {ref.hex() for ref in pending}
+    for spec, ref in zip(specs, refs, strict=True):
+        if spec.node in dead and ref.hex() in running:
+            raise ExecutorError(
+                f"worker rank {spec.rank} lost: its node {spec.node} died (Ray marks it dead)"
+            )
 
 
 def wait_released(pg: Any, resources: list[str], timeout: float = 15.0) -> None:
