@@ -446,7 +446,9 @@ def _check_nodes(
 
 def wait_released(pg: Any, resources: list[str], timeout: float = 15.0) -> None:
     """Wait until the group is removed and its GPU resources are free again, so the next plan
-    sees them (Ray returns them asynchronously)."""
+    sees them (Ray returns them asynchronously). A resource of a node that died is not waited
+    for: it never comes back."""
+    import ray
     from ray._private.state import available_resources_per_node
     from ray.util.placement_group import placement_group_table
 
@@ -455,7 +457,7 @@ def wait_released(pg: Any, resources: list[str], timeout: float = 15.0) -> None:
     while time.monotonic() < deadline:
         state = placement_group_table(pg).get("state")
         free = {k for node in available_resources_per_node().values() for k in node}
-        if state == "REMOVED" and wanted <= free:
+        if state == "REMOVED" and wanted & set(ray.cluster_resources()) <= free:
             return
         time.sleep(0.05)
 

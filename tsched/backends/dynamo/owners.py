@@ -203,8 +203,7 @@ def teardown(ray: Any, actors: list[Any], groups: list[Any]) -> list[dict[str, A
     for pg in groups:
         try:
             bundles = (placement_group_table(pg).get("bundles") or {}).values()
-            existing = set(ray.cluster_resources())  # a dead node's GPUs never come back
-            held = [k for b in bundles for k in b if k.startswith("tsched_gpu_") and k in existing]
+            held = [k for b in bundles for k in b if k.startswith("tsched_gpu_")]
             remove_placement_group(pg)
             wait_released(pg, held)  # the GPUs are free again when this returns
         except Exception as exc:
