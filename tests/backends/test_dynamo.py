@@ -457,6 +457,7 @@ def test_a_replica_whose_node_dies_is_replaced_while_the_frontend_keeps_serving(
     ray_cluster.wait_for_nodes()
     answers: list[tuple[float, bool]] = []
     done = threading.Event()
+    work = None
     try:
         spec, plan, state, port, work = service(
             "heal", {"decode": {"replicas": 2, "tp": 2}}, cluster=_chaos_model(names)
@@ -546,6 +547,7 @@ def test_a_replica_whose_node_dies_is_replaced_while_the_frontend_keeps_serving(
 
         if find_parts(ray, "heal"):
             down("heal")  # before its nodes go; the fixture checks what is left
+            assert work is None or not list(work.glob("*.lease")), "a lease left behind"
         for node in nodes.values():
             ray_cluster.remove_node(node)
 

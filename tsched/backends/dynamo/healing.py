@@ -297,6 +297,9 @@ class Supervisor:
         mine = group_name(self.spec.name, name, self.generation[name])
         groups = [g for g in find_groups(self.spec.name) if _group_called(g, mine)]
         teardown(ray, [actor] if actor is not None else [], groups)
+        generation = self.generation[name]
+        tag = f".{generation}" if generation else ""  # the lost owner's lease: nobody beats it
+        (self.work / f"{self.spec.name}-{name}{tag}.lease").unlink(missing_ok=True)
         receipt = self.work / f"{name}.receipt.json"  # kept beside the replacement's
         if receipt.exists():
             receipt.replace(self.work / f"{name}.lost-{self.generation[name]}.receipt.json")

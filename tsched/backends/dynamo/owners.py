@@ -44,13 +44,16 @@ class Owner:
     """A detached Ray actor owning one engine: it runs the engine's guardian and beats its
     lease. Killing the actor (its process) stops the engine through the guardian."""
 
-    def __init__(self, spec_json: str, workdir: str) -> None:
+    def __init__(self, spec_json: str, workdir: str, generation: int = 0) -> None:
         from dataclasses import replace
 
         from tsched.backends.guardian import GuardSpec, Lease, launch
 
         spec = GuardSpec.from_json(spec_json)
-        self.lease = Lease(Path(workdir) / f"{spec.name}.lease")
+        # a replacement beats a lease of its own: the lost owner's guardian, if it still runs,
+        # never sees the new owner's beats as its own
+        tag = f".{generation}" if generation else ""
+        self.lease = Lease(Path(workdir) / f"{spec.name}{tag}.lease")
         self.spec = replace(spec, lease_file=str(self.lease.path), owner_pid=os.getpid())
         self.proc = launch(self.spec, Path(workdir) / f"{spec.name}.guardian.json")
         self._stop = threading.Event()
@@ -79,6 +82,7 @@ class Owner:
             except Exception:
                 self.proc.kill()
                 self.proc.wait()
+        self.lease.path.unlink(missing_ok=True)  # nothing is left to beat it
         return self.receipt()
 
 
@@ -137,7 +141,7 @@ def start_replica(
                 pg, placement_group_bundle_index=0
             ),
             resources=gpus,
-        ).remote(gspec.to_json(), str(workdir))
+        ).remote(gspec.to_json(), str(workdir), generation)
     except BaseException:
         teardown(ray, [], [pg])
         raise
