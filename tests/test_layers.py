@@ -36,6 +36,7 @@ FRONT_DOORS = {
     "tsched.backends.kai": "tsched.backends.kai",
     "tsched.backends.dynamo": "tsched.backends.dynamo",
     "tsched.agentic.proxy": "tsched.agentic.proxy",
+    "tsched.defrag": "tsched.defrag",
 }
 #: The root package's own private helpers serve every part.
 ROOT_HELPERS = ("tsched._io", "tsched._clock")

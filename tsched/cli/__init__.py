@@ -3,8 +3,8 @@
 One module per command group: :mod:`~tsched.cli.solve` (solve, qap, methods, presets),
 :mod:`~tsched.cli.show`, :mod:`~tsched.cli.discovery` (inventory, topology, validate),
 :mod:`~tsched.cli.sandbox` (sandbox, ray start-flags), :mod:`~tsched.cli.run`,
-:mod:`~tsched.cli.compare`, :mod:`~tsched.cli.kai`, :mod:`~tsched.cli.dynamo`,
-:mod:`~tsched.cli.agents`. Each has an
+:mod:`~tsched.cli.compare`, :mod:`~tsched.cli.defrag`, :mod:`~tsched.cli.kai`,
+:mod:`~tsched.cli.dynamo`, :mod:`~tsched.cli.agents`. Each has an
 ``add_parsers(sub)`` that registers its commands on the main parser.
 
 Exit codes (DESIGN.md §4): 0 a plan or result was produced, 1 no feasible placement, 2 bad input
@@ -28,9 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="tsched", description="Topology-aware GPU placement planner.")
     parser.add_argument("--version", action="version", version="tsched 0.1.0")
     sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
-    from tsched.cli import agents, compare, discovery, dynamo, kai, run, sandbox, show, solve
+    from tsched.cli import (
+        agents,
+        compare,
+        defrag,
+        discovery,
+        dynamo,
+        kai,
+        run,
+        sandbox,
+        show,
+        solve,
+    )
 
-    for module in (solve, show, discovery, sandbox, run, compare, kai, dynamo, agents):
+    for module in (solve, show, discovery, sandbox, run, compare, defrag, kai, dynamo, agents):
         module.add_parsers(sub)
     return parser
 
