@@ -9,7 +9,7 @@ other exception, a traceback, a multi-line message or a file written on refusal 
 Formats: cluster/v1, workload/v1, plan/v1, agentic-workload/v1, engine-profile/v1, job traces
 (Philly, Pollux workload, Pollux placements, Alibaba), Topograph node lists and models, Slurm
 topology.conf (tree and block), topology.yaml and Slinky ConfigMaps, ``nvidia-smi topo -m``,
-nccl-tests output and QAPLIB ``.dat``.
+nccl-tests output, QAPLIB ``.dat``, running-jobs CSV (``tsched defrag``) and defrag/v1 plans.
 
     python -m benchmarks.fuzz_readers [--cases N] [--seed S]
 
@@ -107,6 +107,7 @@ def readers() -> list[Reader]:
     from tsched.agentic.workload import PRESETS as AGENTIC
     from tsched.agentic.workload import load_agentic_workload
     from tsched.compare.traces import load_trace
+    from tsched.defrag import read_defrag
     from tsched.formats.nccl_tests import read_nccl_tests
 
     def files(*paths: Path) -> dict[str, bytes]:
@@ -161,7 +162,36 @@ def readers() -> list[Reader]:
         Reader("qaplib", ".dat",
                files(*(DATA / "qaplib" / "instances" / f"{n}.dat" for n in ("nug12", "chr12a"))),
                _cli(lambda p, o: ["qap", str(p), "--method", "greedy", "--json"])),
+        Reader("running-jobs", ".csv", _running_seeds(),
+               _cli(lambda p, o: ["defrag", "--cluster", "leaf-spine-64", "--running", str(p),
+                                  "--gpus", "3", "--method", "heuristic", "--quiet",
+                                  "-o", str(o / "d.json")])),
+        Reader("defrag/v1", ".json", {"defrag.json": _defrag_seed()}, _library(read_defrag)),
     ]  # fmt: skip
+
+
+def _running_seeds() -> dict[str, bytes]:
+    """Running jobs on leaf-spine-64: one GPU free per node (every column), and a sparse file
+    of the required columns only."""
+    rows = ["job,node,gpu,restart_seconds,movable"]
+    for i in range(1, 9):
+        rows += [f"big{i},node0{i},{g},600,1" for g in range(5)]
+        rows += [f"small{i},node0{i},5,60,{i % 2}", f"mid{i},node0{i},6,120,1"]
+    sparse = ["job,node,gpu", "a,node01,0", "a,node01,1", "b,node02,7", "c,node03,3"]
+    return {"full.csv": ("\n".join(rows) + "\n").encode(),
+            "sparse.csv": ("\n".join(sparse) + "\n").encode()}  # fmt: skip
+
+
+def _defrag_seed() -> bytes:
+    """A defrag/v1 plan as ``tsched defrag -o`` writes it."""
+    import json
+
+    import tsched
+    from tsched.formats.running_csv import parse_running
+
+    cluster = tsched.load_cluster("leaf-spine-64")
+    state = parse_running(_running_seeds()["full.csv"].decode(), cluster)
+    return json.dumps(tsched.defrag(cluster, state, 3).to_dict(), indent=1).encode()
 
 
 _NUMBERS = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")

@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
-from tsched import presets
+from tsched import defrag, presets
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.errors import (
     ExecutorError,
@@ -72,6 +72,7 @@ __all__ = [
     "objective",
     "cost_by_link",
     "presets",
+    "defrag",
 ]
 
 

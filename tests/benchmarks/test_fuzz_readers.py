@@ -12,7 +12,7 @@ def test_every_reader_refuses_mutated_files_cleanly() -> None:
     formats = [r.name for r in readers()]
     assert {"cluster/v1", "workload/v1", "plan/v1", "agentic-workload/v1", "engine-profile/v1",
             "trace", "topograph", "slurm", "slurm-yaml", "nvidia-smi", "nccl-tests",
-            "qaplib"} <= set(formats)  # fmt: skip
+            "qaplib", "running-jobs", "defrag/v1"} <= set(formats)  # fmt: skip
     outcomes = fuzz(40 * len(formats), seed=0)
     assert [o for o in outcomes if o.problem] == []
     refused = Counter(o.fmt for o in outcomes if o.code == 2)

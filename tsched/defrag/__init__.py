@@ -9,7 +9,21 @@ placing, GPU indices), :mod:`~tsched.defrag.heuristic` (evict and re-place, with
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any
+
 from tsched.defrag.model import ADMISSIONS
 from tsched.defrag.plan import DEFRAG_VERSION, METHODS, DefragPlan, Move, defrag, read_defrag
 
 __all__ = ["ADMISSIONS", "DEFRAG_VERSION", "METHODS", "DefragPlan", "Move", "defrag", "read_defrag"]
+
+
+class _CallableModule(types.ModuleType):
+    """``tsched.defrag(...)`` calls :func:`defrag`; the package's names stay reachable."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> DefragPlan:
+        return defrag(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
