@@ -103,14 +103,42 @@ def _node_cover(counts: Counts, node: int, deficit: int, share: bool) -> tuple[f
     return cover(jobs, c, w, deficit)
 
 
-def _replace(counts: Counts, free: np.ndarray, moved: list[int], admission: str):
-    """Re-place ``moved`` jobs (largest first) on ``free`` (modified); None if one finds no
-    place."""
+def _replace(counts: Counts, free: np.ndarray, moved: list[int], admission: str,
+             cascade: int = 8) -> dict[int, dict[int, int]] | None:  # fmt: skip
+    """Re-place ``moved`` jobs (largest first) on ``free`` (modified): best fit, or, for a job
+    of up to a node that finds no place, on the node where moving the cheapest other jobs makes
+    room (they join the jobs to re-place; at most ``cascade`` of them). Returns each moved
+    job's GPUs per node (cascaded ones included), or None."""
     out: dict[int, dict[int, int]] = {}
-    for k in sorted(moved, key=lambda k: (-int(counts.jobs[k]), k)):
-        got = place(int(counts.jobs[k]), free, counts.size, admission)
+    gone = set(moved)
+    queue = sorted(moved, key=lambda k: (-int(counts.jobs[k]), k))
+    extra = 0
+    gmax = int(counts.size.max())
+    while queue:
+        k = queue.pop(0)
+        s = int(counts.jobs[k])
+        got = place(s, free, counts.size, admission)
         if got is None:
-            return None
+            if s > gmax or extra >= cascade or admission != "compact":
+                return None
+            best: tuple[float, int, list[int]] | None = None
+            for node in np.flatnonzero(counts.size >= s):
+                need = s - int(free[node])
+                jobs = [j for j in counts.on_node[node] if counts.movable[j] and j not in gone]
+                cost, chosen = cover(jobs, [counts.held[j][node] for j in jobs],
+                                     [float(counts.weight[j]) for j in jobs], need)  # fmt: skip
+                if cost < INF and (best is None or cost < best[0]):
+                    best = (cost, int(node), chosen)
+            if best is None:
+                return None
+            _, node, chosen = best
+            for j in chosen:
+                gone.add(j)
+                for there, c in counts.held[j].items():
+                    free[there] += c
+            extra += len(chosen)
+            queue = sorted(queue + chosen, key=lambda j: (-int(counts.jobs[j]), j))
+            got = {node: s}
         for node, c in got.items():
             free[node] -= c
         out[k] = got
@@ -124,6 +152,10 @@ def _try(counts: Counts, n: int, target: dict[int, int], moved: list[int], admis
     if (free < 0).any():
         return None
     return _replace(counts, free, moved, admission)
+
+
+def _moved_cost(counts: Counts, moved: dict[int, dict[int, int]]) -> float:
+    return float(sum(counts.weight[k] for k in moved))
 
 
 def bound_and_plan(
@@ -167,13 +199,45 @@ def _single(counts, n, admission, free, pinned, out, deadline, tries) -> None:
     options.sort(key=lambda o: (o[0], o[1]))
     out.bound = options[0][0]
     for cost, node, jobs in options[:tries]:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
+        if cost >= out.cost or (deadline is not None and time.perf_counter() > deadline):
+            break  # no later candidate costs less than the best plan
         out.tried += 1
         moved = _try(counts, n, {node: n}, jobs, admission)
-        if moved is not None:
-            out.target, out.moved, out.cost = {node: n}, moved, cost
-            return
+        if moved is not None and _moved_cost(counts, moved) < out.cost:
+            out.target, out.moved, out.cost = {node: n}, moved, _moved_cost(counts, moved)
+
+
+def _whole_sets(order: np.ndarray, size: np.ndarray, want: int, swaps: int = 6) -> list[list[int]]:
+    """Whole nodes adding up to ``want`` GPUs taken in ``order``, and the same with one of them
+    swapped for each of the next ``swaps`` nodes (none when the order cannot add up)."""
+    out: list[list[int]] = []
+    taken, left, stop = [], want, 0
+    for stop, i in enumerate(order):  # noqa: B007 - the loop's end is used below
+        if size[i] <= left:
+            taken.append(int(i))
+            left -= int(size[i])
+        if left == 0:
+            break
+    if left or want == 0:
+        return [[]] if want == 0 else []
+    out.append(taken)
+    for j in order[stop + 1 : stop + 1 + swaps]:
+        for k in range(len(taken) - 1, -1, -1):
+            if size[taken[k]] == size[j]:
+                out.append(taken[:k] + taken[k + 1 :] + [int(j)])
+                break
+    return out
+
+
+def _add(plans: list, seen: set, counts: Counts, target: dict[int, int], extra: list[int]) -> None:
+    """A candidate plan: the waiting job's nodes and the jobs that move (those on its whole
+    nodes and ``extra``), once."""
+    key = tuple(sorted(target.items()))
+    if key in seen:
+        return
+    seen.add(key)
+    whole = [i for i, c in target.items() if c == counts.size[i]]
+    plans.append((target, sorted({k for i in whole for k in counts.on_node[i]} | set(extra))))
 
 
 def _multi(counts, n, admission, free, pinned, out, deadline, tries) -> None:
@@ -214,48 +278,37 @@ def _multi(counts, n, admission, free, pinned, out, deadline, tries) -> None:
                       f"move; {int(size[clear].sum())} GPUs are on such nodes")  # fmt: skip
         return
     out.bound = float(best)
-    # plans: whole nodes cheapest per GPU first (true weights), then the remainder on the
+    # plans: whole nodes in three orders (cheapest per GPU, fewest GPUs to re-place, cheapest),
+    # each also with one of its nodes swapped for the next ones, then the remainder on the
     # partly used node with the cheapest cover, for the remainders the best bounds suggest
-    order = np.flatnonzero(clear)
-    order = order[np.lexsort((order, full[order] / size[order]))]
+    held = size - free
+    base = np.flatnonzero(clear)
+    orders = [base[np.lexsort((base, full[base] / size[base]))],
+              base[np.lexsort((base, full[base], held[base]))],
+              base[np.lexsort((base, held[base], full[base]))]]  # fmt: skip
     remainders = sorted({t for _, t in sorted(partial)[:tries]} | {0})
-    plans = []
+    plans, seen = [], set()
     for r in remainders:
-        taken, left = [], n - r
-        for i in order:
-            if size[i] <= left:
-                taken.append(int(i))
-                left -= int(size[i])
-            if left == 0:
-                break
-        if left:
-            continue
-        if r == 0:
-            plans.append(
-                (
-                    {i: int(size[i]) for i in taken},
-                    sorted({k for i in taken for k in counts.on_node[i]}),
-                )
-            )
-            continue
-        cands = []
-        for i in range(nodes):
-            if i in taken or size[i] - pinned[i] < r or r >= size[i]:
-                continue
-            c, jobs = _node_cover(counts, i, r - int(free[i]), share=False)
-            cands.append((c, i, jobs))
-        cands.sort()
-        for _cost, i, jobs in cands[:5]:
-            target = {**{j: int(size[j]) for j in taken}, i: r}
-            moved = sorted({k for j in taken for k in counts.on_node[j]} | set(jobs))
-            plans.append((target, moved))
+        for order in orders:
+            for taken in _whole_sets(order, size, n - r):
+                if r == 0:
+                    _add(plans, seen, counts, {i: int(size[i]) for i in taken}, [])
+                    continue
+                cands = []
+                for i in range(nodes):
+                    if i in taken or size[i] - pinned[i] < r or r >= size[i]:
+                        continue
+                    c, jobs = _node_cover(counts, i, r - int(free[i]), share=False)
+                    cands.append((c, int(held[i]), i, jobs))
+                cands.sort()
+                for _cost, _held, i, jobs in cands[:5]:
+                    _add(plans, seen, counts, {**{j: int(size[j]) for j in taken}, i: r}, jobs)
     plans.sort(key=lambda p: (float(sum(counts.weight[k] for k in p[1])), sorted(p[0])))
     for target, moved in plans[:tries]:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
+        base = float(sum(counts.weight[k] for k in moved))
+        if base >= out.cost or (deadline is not None and time.perf_counter() > deadline):
+            break  # no later candidate costs less than the best plan
         out.tried += 1
         got = _try(counts, n, target, moved, admission)
-        if got is not None:
-            out.target, out.moved = target, got
-            out.cost = float(sum(counts.weight[k] for k in moved))
-            return
+        if got is not None and _moved_cost(counts, got) < out.cost:
+            out.target, out.moved, out.cost = target, got, _moved_cost(counts, got)
