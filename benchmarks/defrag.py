@@ -98,6 +98,35 @@ def fragmented(seed: int, nodes: int, per_node: int = 8):
     return state, rng.choice(options)
 
 
+def _tightness(seed: int, states: int) -> dict[str, float]:
+    """Heuristic plan and bound against CP-SAT's proved optimum on 128-GPU states whose waiting
+    job needs several nodes."""
+    from tsched.defrag.exact import solve_exact
+    from tsched.defrag.heuristic import bound_and_plan
+    from tsched.defrag.model import counts_of
+
+    out = {"states": 0, "plan": 0, "bound": 0, "ratio": 0.0}
+    ratios = []
+    for k in range(20 * states):
+        made = fragmented(seed + k, 16)
+        if made is None or made[1] <= 8:
+            continue
+        counts = counts_of(made[0])
+        found = bound_and_plan(counts, made[1], "compact")
+        hint = (found.target, found.moved) if found.target is not None else None
+        best = solve_exact(counts, made[1], time_limit=20, hint=hint)
+        if best.status != "optimal" or best.cost <= 0:
+            continue
+        out["states"] += 1
+        out["plan"] += abs(found.cost - best.cost) < 1e-6
+        out["bound"] += abs(found.bound - best.cost) < 1e-6
+        ratios.append(found.bound / best.cost)
+        if out["states"] >= states:
+            break
+    out["ratio"] = statistics.mean(ratios) if ratios else float("nan")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--states", type=int, default=60)
@@ -156,6 +185,7 @@ def main() -> int:
     large_ok = all(r[3] <= 1.0 for r in large) and all(g <= 0.05 for g in large_gaps) and all(
         r[2].status in ("optimal", "feasible") for r in large
     )
+    tight = _tightness(args.seed + 1000, 25)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for status, marker in (("optimal", "o"), ("feasible", "^")):
         pts = [(r[0], r[3]) for r in records if r[2].status == status]
@@ -192,6 +222,15 @@ def main() -> int:
         f"{max((r[3] for r in large), default=float('nan')):.2f} s).",
         "",
         "![seconds to the plan](defrag/time.png)",
+        "",
+        "## Which side of a gap is loose",
+        "",
+        f"On {tight['states']} states of 128 GPUs whose waiting job needs several nodes (the "
+        "kind that leaves gaps above), CP-SAT proves the optimum; against it the heuristic's "
+        f"plan is optimal on {tight['plan']} and its bound equals the optimum on "
+        f"{tight['bound']} (the bound averages {tight['ratio']:.0%} of the optimum). The bound "
+        "is the weak side: it prices the jobs that must leave the waiting job's nodes but not "
+        "the further moves needed to find them a place in a nearly full cluster.",
         "",
         "## Every state",
         "",
