@@ -224,3 +224,51 @@ def test_calibrate_names_the_bad_row(tmp_path, row, message) -> None:
     f.write_text(f"application,placement,local_bsz,step_time,sync_time\nbert,1,2,0.1,0.0\n{row}\n")
     with pytest.raises(InputError, match=message):
         read_placements(f)
+
+
+def test_few_shots_fit_an_applications_own_network_factor() -> None:
+    """Three applications made by the model; "odd" crosses nodes 2.5 times slower than the
+    network the others share. Borrowed, its predictions miss; fitted on 8 of its own multi-node
+    rows, φ comes back and they hit; one shot moves φ toward it but the prior holds it nearer 1;
+    shots are never scored."""
+    from tsched.compare.calibrate import Measurement
+
+    cluster = tsched.load_cluster(G4DN)
+    truth = CollectiveModel(nic_sharing=0.2, two_node_factor=1.5, overhead_factor=2.0, overlap=2.0)
+    made = {"big": (0.2, 0.05, 0.4, 0.02, 1.0), "mid": (0.02, 0.002, 0.05, 0.005, 1.0),
+            "odd": (0.05, 0.01, 0.2, 0.01, 2.5)}  # fmt: skip
+    rows = []
+    for name, (alpha, beta, gb, o, phi) in made.items():
+        app = AppModel(name, alpha, beta, gb, 8, o, network_factor=phi)
+        for placement in ("1", "2", "4", "11", "22", "44", "1111", "1234", "2222", "444"):
+            gpus = placement_gpus(cluster, placement)
+            for bsz in (4, 16, 64):
+                if len(placement) == 1:
+                    sync = allreduce_seconds(cluster, gpus, gb, overhead_s=o)
+                    step = float(app.compute_seconds(bsz)) + sync
+                    rows.append(Measurement(name, placement, bsz, step, sync))
+                else:
+                    step = iteration_seconds(app, cluster, gpus, bsz, truth)
+                    rows.append(Measurement(name, placement, bsz, step, 0.0))
+    multi = sum(r.nodes > 1 and r.application == "odd" for r in rows)
+    runs = {k: calibrate(rows, cluster, shots=k, held_out=8)[1]["applications"]["odd"]
+            for k in (0, 1, 8)}  # fmt: skip
+    assert all(e["predicted_rows"] == multi - 8 for e in runs.values())  # shots never scored
+    assert runs[0]["network_factor"] == 1.0 and runs[0]["median_relative_error"] > 0.1
+    assert 1.0 < runs[1]["network_factor"] < runs[8]["network_factor"]
+    assert runs[8]["network_factor"] == pytest.approx(2.5, rel=0.1)
+    assert runs[8]["median_relative_error"] < 0.05 < runs[0]["median_relative_error"]
+    with pytest.raises(InputError, match="--shots 99: application 'big' has 21 rows"):
+        calibrate(rows, cluster, shots=99)
+
+
+def test_the_network_factor_prices_only_what_crosses_nodes() -> None:
+    cluster = tsched.load_cluster(G4DN)
+    app = AppModel("a", 0.01, 0.001, 0.2, 8, 0.01)
+    slow = replace(app, network_factor=3.0)
+    one, two = placement_gpus(cluster, "4"), placement_gpus(cluster, "22")
+    assert iteration_seconds(slow, cluster, one) == iteration_seconds(app, cluster, one)
+    assert iteration_seconds(slow, cluster, two) > iteration_seconds(app, cluster, two)
+    assert AppModel.from_dict(slow.to_dict()) == slow
+    with pytest.raises(InputError, match="network_factor must be a finite number >= 0"):
+        replace(app, network_factor=-1.0)

@@ -186,6 +186,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             network=args.network,
             collective=collective,
             progress=lambda _name: bar.advance(task),
+            shots=args.shots,
         )
     paths = write_calibration(args.out, predictions, summary, cluster)
     if args.json:
@@ -195,12 +196,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title=f"{args.placements}: {summary['protocol']}")
-    for col in ("application", "fit rows", "predicted", "rank corr", "median error", "own fit",
-                "shape ceiling", "ceiling"):  # fmt: skip
+    for col in ("application", "fit rows", "φ", "predicted", "rank corr", "median error",
+                "own fit", "shape ceiling", "ceiling"):  # fmt: skip
         table.add_column(col)
     for name, e in summary["applications"].items():
         table.add_row(
-            name, str(e["fit_rows"]), str(e["predicted_rows"]),
+            name, str(e["fit_rows"]), f"{e['network_factor']:.3g}", str(e["predicted_rows"]),
             f"{e.get('rank_correlation', float('nan')):.3f}",
             f"{e.get('median_relative_error', float('nan')):.1%}",
             f"{e.get('own_fit_rank_correlation', float('nan')):.3f}",
@@ -270,6 +271,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--network", default="loo", choices=("loo", "fixed"),
                    help="calibrate: fit the network leaving each application out (loo) or "
                    "take the cluster's figures (fixed)")  # fmt: skip
+    p.add_argument("--shots", type=integer(0), default=0, metavar="K",
+                   help="calibrate: fit each application's network factor on K of its own "
+                   "multi-node rows, left out of the scoring (default 0)")  # fmt: skip
     p.add_argument("--out", metavar="DIR", help="output folder")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -66,6 +66,9 @@ __all__ = [
     "fit_network",
     "row_shapes",
     "scaled_network",
+    "shot_rows",
+    "fit_factor",
+    "FACTOR_PRIOR",
     "shape_ceiling",
 ]
 
@@ -253,9 +256,9 @@ def _features(rows: list[Measurement], apps: dict[str, AppModel], cluster: Clust
     return _Rows(**{k: np.asarray(v, dtype=float) for k, v in cols.items()})
 
 
-def _predict(x: np.ndarray, f: _Rows) -> np.ndarray:
+def _predict(x: np.ndarray, f: _Rows, phi: float = 1.0) -> np.ndarray:
     scale, overhead, theta, two_node, gamma = x
-    factor = f.ring * f.m**theta * np.where(f.two > 0, two_node, 1.0)
+    factor = phi * f.ring * f.m**theta * np.where(f.two > 0, two_node, 1.0)
     comm = factor * (overhead * f.overhead + f.lat + f.grad * f.spg / scale)
     return (f.compute**gamma + comm**gamma) ** (1.0 / gamma)
 
@@ -278,6 +281,46 @@ def fit_network(
     )
     scale, overhead_factor, theta, two_node, gamma = (float(v) for v in res.x)
     return scale, CollectiveModel(theta, two_node, overhead_factor, gamma)
+
+
+def shot_rows(rows: list[Measurement], k: int, seed: int = 0) -> list[Measurement]:
+    """The first ``k`` of ``rows`` in a seeded random order: the few multi-node runs a user
+    measured (nested: the shots for k are among those for k + 1)."""
+    order = np.random.default_rng(seed).permutation(len(rows))
+    return [rows[i] for i in order[:k]]
+
+
+#: Prior spread of log φ across applications: one standard deviation is a factor e^0.5 ≈ 1.65.
+FACTOR_PRIOR = 0.5
+
+
+def fit_factor(
+    shots: list[Measurement], apps: dict[str, AppModel], cluster: Cluster, scale: float,
+    coll: CollectiveModel, noise: float = 0.1,
+) -> float:  # fmt: skip
+    """φ, the application's network factor (:class:`~tsched.compare.jobmodel.AppModel`), fitted
+    on its ``shots`` with everything else fixed; 1 without shots.
+
+    A few noisy rows would swing φ far (one slow run of a small job reads as a slow network),
+    so the fit is the most probable φ under a log-normal prior around 1 (spread
+    :data:`FACTOR_PRIOR`) and log-normal measurement noise of spread ``noise`` (the network
+    fit's residual on the other applications' rows): Σ (log error)² / noise² + (log φ)² /
+    prior², φ in [0.05, 20]. With many shots the data decide; with one or two the prior holds
+    φ near 1 unless they agree."""
+    if not shots:
+        return 1.0
+    from scipy.optimize import minimize_scalar
+
+    f = _features(shots, apps, cluster)
+    x = np.array(_as_vector(scale, coll))
+    noise = max(float(noise), 1e-3)
+
+    def loss(log_phi: float) -> float:
+        errors = np.log(_predict(x, f, math.exp(log_phi)) / f.measured)
+        return float(np.sum(errors**2) / noise**2 + log_phi**2 / FACTOR_PRIOR**2)
+
+    res = minimize_scalar(loss, bounds=(math.log(0.05), math.log(20.0)), method="bounded")
+    return float(math.exp(res.x))
 
 
 def _as_vector(scale: float, coll: CollectiveModel) -> list[float]:
@@ -347,14 +390,25 @@ def calibrate(
     network: str = "loo",
     collective: CollectiveModel | None = None,
     progress: Callable[[str], None] | None = None,
+    shots: int = 0,
+    held_out: int | None = None,
+    shot_seed: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the protocol; return ``(prediction rows, calibration summary)``.
 
     ``network="loo"`` fits the network on the other applications (module docstring);
     ``network="fixed"`` takes the cluster's link figures as they are with ``collective``.
+    ``shots`` (few-shot calibration): the application's network factor φ is fitted on that many
+    of its own multi-node rows (:func:`shot_rows`) on top of everything else; the first
+    ``held_out`` rows of that order (default ``shots``) are left out of the scoring, so that
+    runs with different shot counts can be scored on the same rows; ``shot_seed`` draws
+    another set of shots.
     """
     if fit_max_nodes < 1:
         raise InputError(f"--fit-max-nodes must be >= 1, got {fit_max_nodes}")
+    held_out = shots if held_out is None else held_out
+    if shots < 0 or held_out < shots:
+        raise InputError(f"--shots must be >= 0 (and no more than the rows held out), got {shots}")
     if network not in ("loo", "fixed"):
         raise InputError(f"network fit {network!r}: expected 'loo' or 'fixed'")
     by_app: dict[str, list[Measurement]] = {}
@@ -376,22 +430,37 @@ def calibrate(
     for name, rows in by_app.items():
         if progress:
             progress(name)
-        target = [r for r in rows if r.nodes > fit_max_nodes]
+        multi = [r for r in rows if r.nodes > fit_max_nodes]
         if network == "loo":
             others = [r for r in measurements if r.application != name]
             scale, coll = fit_network(others, apps, cluster)
         else:
             scale, coll = 1.0, collective or CollectiveModel()
+        if shots > len(multi):
+            raise InputError(f"--shots {shots}: application {name!r} has {len(multi)} rows "
+                             f"spanning more than {fit_max_nodes} node(s)")  # fmt: skip
+        kept = shot_rows(multi, held_out, shot_seed)
+        noise = 0.1
+        if shots and network == "loo":  # the borrowed network's spread on the rows it saw
+            seen = _features([r for r in others if r.nodes > 1], apps, cluster)
+            errors = np.log(_predict(np.array(_as_vector(scale, coll)), seen) / seen.measured)
+            noise = float(np.sqrt(np.mean(errors**2)))
+        phi = fit_factor(kept[:shots], apps, cluster, scale, coll, noise)
+        apps[name] = replace(apps[name], network_factor=phi)
+        skip = {id(r) for r in kept}
+        target = [r for r in multi if id(r) not in skip]
         entry: dict[str, Any] = {
             "model": apps[name].to_dict(),
             "gradient_source": sources[name],
-            "fit_rows": len(rows) - len(target),
+            "fit_rows": len(rows) - len(multi),
+            "shots": shots,
+            "network_factor": phi,
             "predicted_rows": len(target),
             "network": {"bandwidth_scale": scale, **coll.to_dict()},
         }
         if target:
             f = _features(target, apps, cluster)
-            pred = _predict(np.array(_as_vector(scale, coll)), f)
+            pred = _predict(np.array(_as_vector(scale, coll)), f, phi)
             own = _predict(np.array(_as_vector(*fit_network(target, apps, cluster))), f)
             for prefix, values in (("", pred), ("own_fit_", own)):
                 entry[prefix + "rank_correlation"] = _spearman(values, f.measured)
@@ -419,7 +488,14 @@ def calibrate(
         "protocol": (
             f"applications fitted on their rows spanning <= {fit_max_nodes} node(s); network "
             + ("fitted leaving the predicted application out" if network == "loo" else "fixed")
+            + (
+                f"; each application's network factor fitted on {shots} of its multi-node rows"
+                if shots
+                else ""
+            )
+            + (f" ({held_out} held out of the scoring)" if held_out else "")
         ),
+        "shots": shots,
         "fit_max_nodes": fit_max_nodes,
         "cluster": cluster.name,
         "goal": {"rank_correlation": 0.9, "median_relative_error": 0.15},

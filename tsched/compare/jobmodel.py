@@ -122,6 +122,10 @@ class AppModel:
         Typical per-GPU batch, used when a trace gives none.
     sync_overhead_s : float
         o: fixed seconds of one all-reduce on one node, beyond moving the bytes.
+    network_factor : float
+        φ: what the application's all-reduce across nodes takes relative to the collective
+        model's price (1 unless fitted on a few of its own multi-node measurements:
+        ``tsched compare calibrate --shots K``).
     """
 
     name: str
@@ -130,11 +134,13 @@ class AppModel:
     gradient_gb: float
     local_bsz: int = 1
     sync_overhead_s: float = 0.0
+    network_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if not str(self.name).strip():
             raise InputError("application: name must be a non-empty string")
-        for key in ("compute_s", "compute_s_per_sample", "gradient_gb", "sync_overhead_s"):
+        for key in ("compute_s", "compute_s_per_sample", "gradient_gb", "sync_overhead_s",
+                    "network_factor"):  # fmt: skip
             value = getattr(self, key)
             if not (math.isfinite(value) and value >= 0):
                 raise InputError(
@@ -163,6 +169,7 @@ class AppModel:
                 float(data["gradient_gb"]),
                 int(data.get("local_bsz", 1)),
                 float(data.get("sync_overhead_s", 0.0)),
+                float(data.get("network_factor", 1.0)),
             )
         except KeyError as exc:
             raise InputError(f"{where}: missing key {exc.args[0]!r}") from None
@@ -287,6 +294,8 @@ def iteration_seconds(
     model = model or CollectiveModel()
     compute = float(app.compute_seconds(app.local_bsz if local_bsz is None else local_bsz))
     comm = allreduce_seconds(cluster, gpus, app.gradient_gb, model, app.sync_overhead_s)
+    if app.network_factor != 1.0 and len(np.unique(cluster.gpu_node[gpus])) > 1:
+        comm *= app.network_factor
     if comm <= 0:
         return compute
     g = model.overlap

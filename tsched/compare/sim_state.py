@@ -211,6 +211,8 @@ class Placer:
         if hit is None:
             compute = float(app.compute_seconds(app.local_bsz))
             comm = allreduce_seconds(c, gpus, app.gradient_gb, self.coll, app.sync_overhead_s)
+            if len(used) > 1:
+                comm *= app.network_factor  # 1 unless fitted on the application's own rows
             g = self.coll.overlap
             total = (compute**g + comm**g) ** (1 / g) if comm > 0 else compute
             hit = (total, 1.0 - compute / total)
