@@ -60,6 +60,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         restart_cost=args.restart_cost,
         snapshot_jobs=representative_jobs(jobs),
         admission=args.admission,
+        consolidate=args.consolidate,
+        max_moves=args.max_moves,
     )
     configs = parse_policies(args.policies, base)
     collective = apps = None
@@ -231,8 +233,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--policies", metavar="A,B,…", help="placement rules (fgd, first-fit, "
                    "best-fit, kai-tas, slurm-tree, whole-nodes, spread, random) or solver names "
                    "(+frag: fragmentation-aware; +topo/+count: backfill reservation; +slackS: "
-                   "relaxed backfill, the head may slip by S x its run time), e.g. "
-                   "fgd,best-fit,greedy,best-fit+slack0.25")  # fmt: skip
+                   "relaxed backfill, the head may slip by S x its run time; +kai/+tsched: "
+                   "consolidation), e.g. fgd,best-fit+slack0.25,best-fit+tsched")  # fmt: skip
     p.add_argument("--cluster", metavar="PATH", help="cluster/v1 file or preset")
     p.add_argument("--queue", default="fifo", choices=QUEUES, help="queue policy (default fifo)")
     p.add_argument("--admission", default="any", choices=ADMISSIONS,
@@ -249,8 +251,22 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--min-runtime", type=number(minimum=0.0), default=600.0,
                    help="protected runtime before preemption, s")  # fmt: skip
     p.add_argument("--no-preemption", action="store_true", help="fair share never preempts")
-    p.add_argument("--restart-cost", type=number(minimum=0.0), default=0.0,
-                   help="seconds a preempted job takes to restart (default 0: free)")  # fmt: skip
+    p.add_argument(
+        "--restart-cost",
+        type=number(minimum=0.0),
+        default=0.0,
+        help="seconds a preempted or moved job takes to restart (default 0)",
+    )
+    p.add_argument(
+        "--consolidate",
+        default="none",
+        choices=("none", "kai", "tsched"),
+        help="when the head job does not fit (compact admission): move running jobs "
+        "by KAI's consolidation rule, or by a tsched defragmentation plan taken when "
+        "it costs less than the head's wait (default none; or +kai, +tsched)",
+    )
+    p.add_argument("--max-moves", type=integer(0), default=2,
+                   help="times one job may be moved by consolidation (default 2)")  # fmt: skip
     p.add_argument(
         "--time-limit", type=number(positive=True), default=1.0, help="seconds per placement solve"
     )

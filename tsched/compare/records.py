@@ -43,6 +43,8 @@ class JobRecord:
     comm_share: float = 0.0
     preemptions: int = 0
     ideal: float = 0.0
+    migrations: int = 0  # times the job was moved by consolidation
+    restart_gpu_s: float = 0.0  # GPU-seconds its restarts took (preemptions and moves)
 
     @property
     def slowdown(self) -> float:
@@ -59,8 +61,9 @@ class JobRecord:
 
 
 COLUMNS = tuple(f.name for f in fields(JobRecord))
-_FLOATS = ("submit", "start", "end", "jct", "queue_delay", "objective", "comm_share", "ideal")
-_INTS = ("gpus", "nodes", "domains", "preemptions")
+_FLOATS = ("submit", "start", "end", "jct", "queue_delay", "objective", "comm_share", "ideal",
+           "restart_gpu_s")  # fmt: skip
+_INTS = ("gpus", "nodes", "domains", "preemptions", "migrations")
 
 
 def write_records(records: list[JobRecord], path: str | os.PathLike[str]) -> None:

@@ -98,6 +98,8 @@ def summarize(
         if any(r.gpus > 1 for r in recs)
         else 0.0,
         "preemptions": int(sum(r.preemptions for r in recs)),
+        "migrations": int(sum(r.migrations for r in recs)),
+        "restart_gpu_hours": float(sum(r.restart_gpu_s for r in recs)) / 3600.0,
         "fair_share": fairness,
         "simulation_seconds": result.wall_time,
     }
@@ -203,8 +205,9 @@ def _markdown(
     lines = [f"# {title}", ""]
     lines += [
         "| policy | queue | jobs | avg JCT | p50 | p95 | p99 | avg queue delay | makespan "
-        "| utilisation | fragmentation | multi-node jobs | preemptions | sim time |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| utilisation | fragmentation | multi-node jobs | preemptions | moves | restart GPU-h "
+        "| sim time |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         lines.append(
@@ -212,7 +215,8 @@ def _markdown(
             f"| {_fmt_s(s['jct_p50'])} | {_fmt_s(s['jct_p95'])} | {_fmt_s(s['jct_p99'])} "
             f"| {_fmt_s(s['queue_delay_mean'])} | {_fmt_s(s['makespan'])} "
             f"| {s['utilisation']:.1%} | {s['fragmentation_mean']:.1%} "
-            f"| {s['multi_node_jobs']} | {s['preemptions']} | {s['simulation_seconds']:.1f} s |"
+            f"| {s['multi_node_jobs']} | {s['preemptions']} | {s.get('migrations', 0)} "
+            f"| {s.get('restart_gpu_hours', 0.0):.1f} | {s['simulation_seconds']:.1f} s |"
         )
     if pairs:
         lines += [

@@ -34,7 +34,8 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
     (fragmentation-aware subsets, solvers only), by ``+topo`` or ``+count`` (what the head
     job of ``backfill`` reserves; ``fgd`` reserves by topology, the others by count) and by
     ``+slackS`` (relaxed backfilling: the head's start may slip by ``S`` × its run time; see
-    :class:`~tsched.compare.simulator.SimConfig`).
+    :class:`~tsched.compare.simulator.SimConfig`), and last by ``+kai``, ``+tsched`` or
+    ``+none`` (consolidation, :mod:`tsched.compare.consolidation`; default ``--consolidate``).
     """
     from tsched.compare.placement import RULES, canonical
     from tsched.solvers.registry import get_solver, solvers
@@ -48,6 +49,10 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
     out = []
     for name in names:
         method, reservation, slack = name, base.reservation, base.slack
+        consolidate = base.consolidate
+        for rule_name in ("kai", "tsched", "none"):
+            if method.endswith(f"+{rule_name}"):
+                method, consolidate = method[: -len(rule_name) - 1], rule_name
         head, sep, tail = method.rpartition("+slack")
         if sep:
             try:
@@ -69,7 +74,7 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
         if not rule and method not in solvers():
             raise InputError(
                 f"--policies: unknown policy {name!r}; valid: {', '.join(valid)} "
-                f"(optionally with {FRAG_SUFFIX}, +topo or +count, +slackS)"
+                f"(optionally with {FRAG_SUFFIX}, +topo or +count, +slackS, +kai or +tsched)"
             )
         if frag and rule:
             raise InputError(
@@ -79,7 +84,8 @@ def parse_policies(text: str | Sequence[str], base: SimConfig | None = None) -> 
         if not rule:
             get_solver(method)
         out.append(replace(base, policy=canonical(method), fragmentation_aware=frag,
-                           reservation=reservation, slack=slack))  # fmt: skip
+                           reservation=reservation, slack=slack,
+                           consolidate=consolidate))  # fmt: skip
     seen: dict[str, str] = {}
     for name, cfg in zip(names, out):
         if cfg.label in seen:

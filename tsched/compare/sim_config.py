@@ -97,6 +97,16 @@ class SimConfig:
         Speed-ups the job model predicts for a scattered placement smaller than this share of
         the run time are not acted on by ``fgd`` (the model's median relative error is 3–14 %
         per application in calibration; ``benchmarks/results/calibration``).
+    consolidate : str
+        What happens when the job at the head of the queue does not fit (``compact``
+        admission): ``none``, ``kai`` (KAI Scheduler's consolidation action) or ``tsched`` (a
+        defragmentation plan, taken when it costs less than the head's wait); see
+        :mod:`tsched.compare.consolidation`. A moved job keeps its progress and pays
+        ``restart_cost``; a job inside its ``min_runtime`` protection never moves.
+    max_moves : int
+        Times one job may be moved by consolidation at most.
+    kai_victims : int
+        KAI's ``maxNumberConsolidationPreemptees``: victims one consolidation may take at most.
     slack : float
         Relaxed backfilling (``backfill``): a later job may start if it ends by the head's
         first shadow time plus ``slack`` × the head's run time, so the head's start slips by at
@@ -122,8 +132,19 @@ class SimConfig:
     shape_window: int = 256
     model_margin: float = 0.1
     slack: float = 0.0
+    consolidate: str = "none"
+    max_moves: int = 2
+    kai_victims: int = 16
 
     def __post_init__(self) -> None:
+        from tsched.compare.consolidation import CONSOLIDATE
+
+        if self.consolidate not in CONSOLIDATE:
+            raise InputError(
+                f"consolidate {self.consolidate!r}: expected one of {', '.join(CONSOLIDATE)}"
+            )
+        if self.max_moves < 0 or self.kai_victims < 1:
+            raise InputError("consolidation: max_moves must be >= 0 and kai_victims >= 1")
         from tsched.compare.placement import ADMISSIONS, RULES, canonical
 
         if self.fragmentation_aware and canonical(self.policy) in RULES:
@@ -180,7 +201,8 @@ class SimConfig:
         if self.reserves != own:
             resv = "+topo" if self.reserves == "topology" else "+count"
         slack = f"+slack{self.slack:g}" if self.slack > 0 else ""
-        return f"{canonical(self.policy)}{frag}{resv}{slack}"
+        moves = "" if self.consolidate == "none" else f"+{self.consolidate}"
+        return f"{canonical(self.policy)}{frag}{resv}{slack}{moves}"
 
 
 @dataclass(frozen=True)

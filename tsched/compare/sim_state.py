@@ -44,6 +44,8 @@ class SimJob:
     gpus: np.ndarray | None = None
     run_id: int = 0
     preemptions: int = 0
+    migrations: int = 0
+    restart_gpu_s: float = 0.0
     nodes: int = 0
     domains: int = 0
     comm_share: float = 0.0

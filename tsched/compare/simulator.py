@@ -281,7 +281,9 @@ def simulate(
             tally(aged, j.trace.gpus, -1, -rt, -rt * loss_of(j))
         j.gpus = gpus
         j.started = now
-        j.overhead = config.restart_cost if j.preemptions else 0.0
+        # every start after the first is a restart (after a preemption or a move)
+        j.overhead = config.restart_cost if j.first_start >= 0 else 0.0
+        j.restart_gpu_s += j.overhead * len(gpus)
         j.runtime = j.remaining * j.trace.duration * slowdown + j.overhead
         if j.first_start < 0:
             j.first_start = now
@@ -327,15 +329,69 @@ def simulate(
         usage.change(tenant_key(j), now, -len(j.gpus))
         usage.change(project_key(j), now, -len(j.gpus))
 
-    def preempt(j: SimJob, now: float) -> None:
+    def halt(j: SimJob, now: float) -> None:
+        """Stop a running job keeping its progress (its checkpoint); its completion event is
+        now stale."""
         work = j.runtime - j.overhead  # the restart's seconds are no progress
         done_frac = max(now - j.started - j.overhead, 0.0) / work if work > 0 else 1.0
         j.remaining = max(j.remaining * (1.0 - done_frac), 0.0)
         stop(j, now)
-        j.preemptions += 1
-        j.run_id += 1  # its completion event is now stale
+        j.run_id += 1
         j.gpus = None
+
+    def preempt(j: SimJob, now: float) -> None:
+        halt(j, now)
+        j.preemptions += 1
         enqueue(j.index)
+
+    def protected(j: SimJob, now: float) -> bool:
+        """Inside its minimum-runtime protection (its restart not counted), or started this
+        instant (no job moves or is preempted twice in one pass)."""
+        return now - j.started < j.overhead + config.min_runtime or j.started >= now
+
+    def consolidate(now: float) -> None:
+        """When the head of the queue does not fit: move running jobs so that it does (the
+        configured rule, :mod:`tsched.compare.consolidation`) and start it."""
+        from tsched.compare.consolidation import Running, kai_consolidate, tsched_consolidate
+
+        nonlocal seq, wake_at
+        if config.consolidate == "kai" and placer.rule == "spread":
+            return  # KAI disables consolidation under the spread strategy
+        k = queue.head()
+        head = state[k]
+        need = head.trace.gpus
+        if int(free.sum()) < need:
+            return  # moving jobs frees no GPU
+        held = [Running(r, state[r].gpus, state[r].migrations < config.max_moves
+                        and not protected(state[r], now), state[r].trace.submit)
+                for r in sorted(running)]  # fmt: skip
+        # look again when the next protection ends (as KAI's periodic cycle would), if no
+        # event comes sooner
+        ends = [state[r.index].started + state[r.index].overhead + config.min_runtime
+                for r in held if not r.movable and state[r.index].migrations < config.max_moves]
+        soon = min((t for t in ends if t > now), default=math.inf)
+        if soon < math.inf and not wake_at > now:
+            wake_at = soon
+            seq += 1
+            heapq.heappush(events, (soon, seq, -1, 0))
+        if not any(r.movable for r in held):
+            return
+        if config.consolidate == "kai":
+            plan = kai_consolidate(cluster, free, held, need, config.admission,
+                                   config.restart_cost, config.kai_victims)  # fmt: skip
+        else:
+            worth = need * compact_wait(need, free)  # GPU-seconds the head would wait
+            plan = tsched_consolidate(cluster, free, held, need, config.admission,
+                                      config.restart_cost, worth)  # fmt: skip
+        if plan is None:
+            return
+        for r in plan.moves:
+            halt(state[r], now)
+        for r, gpus in plan.moves.items():
+            state[r].migrations += 1
+            start(state[r], gpus, placer.ring_objective(state[r].trace, gpus), now)
+        start(head, plan.target, placer.ring_objective(head.trace, plan.target), now)
+        queue.remove(k)
 
     def enqueue(k: int) -> None:
         j = state[k]
@@ -431,10 +487,17 @@ def simulate(
         if q != "fair":
             while len(queue) and try_start(queue.head(), now):
                 queue.remove(queue.head())
+            if config.consolidate != "none" and len(queue):
+                consolidate(now)
+                while len(queue) and try_start(queue.head(), now):
+                    queue.remove(queue.head())
             if q == "backfill" and len(queue):
                 backfill(now)
             return
         fair_pass(now)
+        if config.consolidate != "none" and len(queue):
+            consolidate(now)
+            fair_pass(now)
         if config.preemption and len(queue):
             preempt_pass(now)
 
@@ -459,6 +522,7 @@ def simulate(
         return locks
 
     deadlines: dict[int, float] = {}
+    wake_at = -math.inf  # a pending consolidation wake-up (an event of job −1)
 
     def relaxed(head: SimJob, shadow: float) -> float:
         """The time by which backfilled jobs must end to keep off the head's reservation: its
@@ -836,6 +900,8 @@ def simulate(
             )
         while events and events[0][0] <= now:
             _t, _s, k, run_id = heapq.heappop(events)
+            if k < 0:
+                continue  # a consolidation wake-up: the pass below looks again
             j = state[k]
             if run_id != j.run_id or j.gpus is None:
                 continue
@@ -869,6 +935,8 @@ def simulate(
             comm_share=j.comm_share,
             preemptions=j.preemptions,
             ideal=j.trace.duration,
+            migrations=j.migrations,
+            restart_gpu_s=j.restart_gpu_s,
         )
         for j in state
     ]
