@@ -298,6 +298,13 @@ class RunSummary:
     tenant_share: dict[str, float]
     sim_seconds: float
     jct_quantiles: list[float] = field(repr=False, default_factory=list)  # percentiles 0…100
+    # consolidation's figures (absent from older runs.csv files, read back as the defaults)
+    large_wait: float = math.nan  # mean wait of jobs of more than 8 GPUs
+    work_wait: float = math.nan  # GPU-time-weighted mean wait (:func:`work_weighted_wait`)
+    migrations: int = 0
+    restart_gpu_hours: float = 0.0  # every restart: preemptions and moves
+    move_gpu_hours: float = 0.0  # the restarts of moves alone (GPUs × restart_cost a move)
+    delivered_gpu_hours: float = 0.0  # GPU-hours the jobs held, restarts included
 
     _LISTS = ("bucket_jct", "bucket_queue", "bucket_slowdown", "bucket_jobs")
 
@@ -316,6 +323,8 @@ class RunSummary:
         """The summary of a :meth:`row` read back from CSV."""
         kw: dict[str, Any] = {}
         for f in fields(cls):
+            if f.name not in row and f.name not in cls._LISTS:
+                continue  # a field newer than the file: its default
             if f.name in cls._LISTS:
                 cast = int if f.name == "bucket_jobs" else float
                 kw[f.name] = [cast(row[f"{f.name}_{b}"]) for b in range(4)]
@@ -386,6 +395,13 @@ def summarize_run(
         tenant_share={k: v / used for k, v in result.usage_by_tenant.items()},
         sim_seconds=result.wall_time,
         jct_quantiles=np.percentile(jct, np.arange(101)).tolist(),
+        large_wait=float(queue[size > 8].mean()) if (size > 8).any() else nan,
+        work_wait=work_weighted_wait(size, ideal, queue),
+        migrations=int(sum(r.migrations for r in recs)),
+        restart_gpu_hours=float(sum(r.restart_gpu_s for r in recs)) / 3600,
+        move_gpu_hours=float(sum(r.migrations * r.gpus for r in recs))
+        * result.config.restart_cost / 3600,
+        delivered_gpu_hours=busy / 3600,
     )
 
 
