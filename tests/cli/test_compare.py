@@ -72,3 +72,41 @@ def test_compare_cli_runs_rules_under_compact_admission(tmp_path, capsys) -> Non
     from tsched.compare.records import read_records
 
     assert all(r.nodes == 1 for r in read_records(out / "records.csv") if r.gpus <= 4)
+
+
+def test_compare_cli_consolidates_and_records_the_moves(tmp_path, capsys) -> None:
+    import yaml
+
+    cluster = tmp_path / "two.yaml"
+    cluster.write_text(yaml.safe_dump({
+        "tsched": "cluster/v1", "name": "two-by-four",
+        "links": {"nvlink": {"bandwidth": 450, "latency": 2},
+                  "leaf": {"bandwidth": 50, "latency": 5}},
+        "levels": ["leaf"],
+        "node_types": {"box": {"gpus": 4, "gpu": {"model": "H100"}, "intra": "nvlink"}},
+        "nodes": [{"name": f"n{i}", "type": "box", "at": {"leaf": "l0"}} for i in range(2)],
+    }))  # fmt: skip
+    trace = tmp_path / "jobs.csv"
+    # best fit leaves two GPUs free on each node once a and c end; d (4 GPUs) fits nowhere
+    trace.write_text("name,submit,gpus,duration,app\na,0,2,500,bert\nb,1,2,20000,bert\n"
+                     "c,2,2,500,bert\ne,3,2,20000,bert\nd,1000,4,100,bert\n")  # fmt: skip
+    out = tmp_path / "cmp"
+    common = ["compare", "--trace", str(trace), "--columns",
+              "name=name,submit=submit,gpus=gpus,duration=duration,app=app",
+              "--cluster", str(cluster), "--policies", "best-fit,best-fit+kai",
+              "--restart-cost", "60", "--min-runtime", "300", "--out", str(out),
+              "--no-plots", "--quiet"]  # fmt: skip
+    code = main([*common, "--admission", "compact", "--consolidate", "tsched"])
+    assert code == 0
+    recs = {(r.policy, r.job): r for r in read_records(out / "records.csv")}
+    # --consolidate sets the default; a +kai suffix overrides it for that policy
+    assert {p for p, _ in recs} == {"best-fit+tsched", "best-fit+kai"}
+    for policy in ("best-fit+tsched", "best-fit+kai"):
+        assert sum(recs[(policy, j)].migrations for j in "abcde") == 1
+        assert recs[(policy, "d")].start == 1000.0
+    report = (out / "report.md").read_text()
+    assert "| moves | restart GPU-h |" in report
+    capsys.readouterr()
+    code = main([*common, "--consolidate", "tsched"])  # any admission: refused in one line
+    err = capsys.readouterr().err
+    assert code == 2 and "needs compact admission" in err and err.count("\n") == 1

@@ -91,6 +91,8 @@ def test_policies_name_their_consolidation_and_records_keep_the_moves(tmp_path) 
     assert [c.label for c in configs] == ["best-fit", "best-fit+kai", "fgd+slack0.25+tsched"]
     with pytest.raises(InputError, match="consolidate 'later'"):
         SimConfig(consolidate="later")
+    with pytest.raises(InputError, match="needs compact admission"):
+        parse_policies("best-fit+tsched", SimConfig(admission="any"))
     cfg = SimConfig(policy="best-fit", admission="compact", consolidate="tsched", restart_cost=60)
     result = simulate(fragmented(), CLUSTER, cfg)
     write_records(result.records, tmp_path / "records.csv")

@@ -156,6 +156,12 @@ class SimConfig:
             raise InputError(
                 f"admission {self.admission!r}: expected one of {', '.join(ADMISSIONS)}"
             )
+        if self.consolidate != "none" and self.admission != "compact":
+            raise InputError(
+                f"consolidate {self.consolidate!r} needs compact admission: under "
+                f"{self.admission!r} admission a job starts wherever enough GPUs are free, so "
+                "no move would let it start sooner"
+            )
         if self.reservation not in (None, "count", "topology"):
             raise InputError(f"reservation {self.reservation!r}: expected 'count' or 'topology'")
         if not (self.slack >= 0 and math.isfinite(self.slack)):
