@@ -205,9 +205,9 @@ def why(rows, goals) -> list[str]:
             what.append(
                 f"no job was moved in any replica: {short:.0%} of the jobs run shorter than the "
                 f"{MIN_RUNTIME:,.0f} s protection, so few running jobs are ever movable, and "
-                f"the queue's head lacks GPUs by count more often than it is blocked by "
-                f"fragments (blocked GPU-h without consolidation: "
-                f"{_mean(none, 'blocked_gpu_hours'):.0f})"
+                f"little is stranded to win back (blocked GPU-h without consolidation: "
+                f"{_mean(none, 'blocked_gpu_hours'):.0f}, of "
+                f"{_mean(none, 'delivered_gpu_hours'):.0f} delivered)"
             )
         else:
             if not g["met_wait"]:
