@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from benchmarks._common import RESULTS, machine, markdown_table, write_result
+from benchmarks._common import RESULTS, commit, machine, markdown_table, write_result
 from benchmarks.cluster_policies import (
     CLUSTERS,
     STUDIES,
@@ -328,8 +328,10 @@ def main(argv: list[str] | None = None) -> int:
         write_runs(folder / "runs.csv", rows)
         minutes = (time.perf_counter() - t0) / 60
         (folder / "minutes.txt").write_text(f"{minutes:.2f}\n")
+        (folder / "commit.txt").write_text(f"{commit()}\n")
     if minutes != minutes and (folder / "minutes.txt").exists():
         minutes = float((folder / "minutes.txt").read_text())
+    ran = (folder / "commit.txt").read_text().strip() if (folder / "commit.txt").exists() else "?"
     tables, verdicts, goals = analyse(rows)
     pics = plot(rows, folder)
     cmd = "python -m benchmarks.consolidation" + (" --quick" if args.quick else "")
@@ -337,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
              ("met_wait", "met_small", "met_share", "met_kai", "met_blocked")}  # fmt: skip
     text = (
         "# Consolidation: none, KAI's rule, tsched's plan\n\n"
-        f"`{cmd}` — {machine()}; {len(rows)} replays in {minutes:.1f} min.\n\n"
+        f"`{cmd}` — {machine()}; {len(rows)} replays in {minutes:.1f} min, replayed at commit "
+        f"`{ran}` (`runs.csv`; the replay's fingerprint test holds it unchanged since).\n\n"
         + __doc__.split("\n\n")[1].replace("\n", " ")
         + f"\n\nLoads {', '.join(f'{x:g}' for x in sorted({r.load for r in rows}))}; "
         f"{replicas} replicas a load; Philly {days:g} days a replica. `paired`: the Student-t "
