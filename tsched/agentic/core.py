@@ -14,7 +14,9 @@ bound nowhere; its KV cache is left to the engine's LRU) or **done**. Methods th
 programs waiting in the queue return :data:`Wakeups`: ``(program_id, replica)`` pairs whose
 pending call may now be sent.
 
-Policies (:data:`POLICIES`):
+Policies (:data:`POLICIES`), each a class in :mod:`tsched.agentic.policies` that decides
+through one small interface (:class:`~tsched.agentic.policies.base.Policy`) what the mechanics
+here do:
 
 ``pass-through``
     Request level: each call goes to the replica with the fewest calls in flight.
@@ -54,117 +56,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from tsched.agentic.engine import EngineProfile
+from tsched.agentic.policies import POLICY_CLASSES
+from tsched.agentic.policies.tsched import BOUNDED_GAIN
+from tsched.agentic.programs import Program, ReplicaState, SchedulerConfig, Wakeups
 from tsched.backends.dynamo.spec import ROUTER_POLICIES
 from tsched.errors import InputError
 
 __all__ = [
+    "BOUNDED_GAIN",
     "POLICIES",
+    "PROGRAM_LEVEL",
     "Program",
     "ProgramScheduler",
     "ReplicaState",
     "SchedulerConfig",
     "Wakeups",
+    "jain_index",
 ]
 
 #: The scheduling policies, by name (defined beside the Dynamo spec that names one of them).
 POLICIES = ROUTER_POLICIES
-#: tsched pauses programs (the bounded regime) only when its cost model predicts at least this
-#: throughput ratio over the open regime; see ProgramScheduler._choose_regime.
-BOUNDED_GAIN = 1.3
-PROGRAM_LEVEL = ("thunderagent", "tsched")
-
-Wakeups = list[tuple[str, int]]
-
-
-@dataclass(slots=True)
-class Program:
-    """One agent program's scheduling state. Token counts are the engine's (from usage)."""
-
-    id: str
-    phase: str = "acting"
-    state: str = "active"
-    replica: int | None = None
-    origin: int | None = None  # the replica before a pause (its cache may still be warm)
-    tokens: int = 0  # context: last prompt + answer, or the estimate of the call in flight
-    steps: int = 0  # LLM calls answered
-    pending: int = 0  # calls waiting for the program's resume
-    marked: bool = False  # to be paused when its call returns
-    inflight: int = 0
-    acting_since: float = 0.0
-    queued_at: float = 0.0
-    queue_seq: int = 0
-    last_seen: float = 0.0
-    known: int = 0  # context from the last usage (prompt + answer)
-    away_mark: float = 0.0  # replica's pushed-token counter when the program left it
-    sent_tokens: float = 0.0  # tokens its calls in flight count on their replica (call gate)
-    gated_at: float = 0.0  # when its call reached the gate
-    sent_at: float = 0.0  # when its last call was sent
-
-
-@dataclass(slots=True)
-class ReplicaState:
-    """A replica's capacity (tokens of KV) and what the scheduler has bound to it."""
-
-    capacity: int
-    up: bool = True
-    # program ids bound here, in binding order (a dict as an ordered set: iterating a set of
-    # strings follows PYTHONHASHSEED, which made tie-breaks, and runs, differ between processes)
-    programs: dict[str, None] = field(default_factory=dict)
-    inflight: int = 0
-    pushed_tokens: float = 0.0  # uncached prompt tokens sent here (drives the LRU estimate)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """Knobs of the program-level policies. ``None`` means the policy's own default.
-
-    Parameters
-    ----------
-    tick_seconds
-        How often the driver calls :meth:`ProgramScheduler.tick` (ThunderAgent: 5 s).
-    buffer_tokens
-        Tokens added per program on a replica (ThunderAgent: 100).
-    acting_weight
-        Weight of acting contexts on the pause side (ThunderAgent: 1.0).
-    decay_half_life
-        ThunderAgent: seconds; acting contexts count ``2^(-t / half_life)`` when resuming (1 s).
-    resume_timeout
-        A program queued this long is resumed on its former replica regardless (1,800 s).
-    idle_ttl
-        tsched: an acting program silent this long is released (seconds; default 600).
-    overcommit
-        tsched: a fixed capacity multiplier instead of the regime its cost model chooses.
-    count_shared_once
-        tsched: count the system prompt every program shares once per replica (learned from
-        first calls' cached tokens). Off by default: in simulation the double count is the slack
-        that holds paused programs' caches, which the engine's LRU evicts in its own order; with
-        it on, more programs are admitted and the hit rate falls (0.56 vs 0.63 at 32 SWE-like
-        programs on two prefill-heavy replicas of 59k tokens).
-    call_gate
-        tsched, open regime: hold a call while no replica has KV room for it (the calls in flight,
-        the shared prompt once), send held calls smallest context first, a call held longer than
-        the mean call time before them. On by default; off sends every call at once, as before.
-        Measured in ``benchmarks/results/agentic.md`` (``python -m benchmarks.agentic``): at 35
-        SWE-like programs on two mocker-timed replicas of 59k tokens (twice the KV) p50 step
-        2.58 ± 0.12 s against round-robin's 3.05 ± 0.21, p99 5.38 against 5.83, steps/min
-        1.02×; at 48 programs the bound on overtaking puts p50 above round-robin's (4.96 against
-        4.31) with the lowest p99 (6.73 against 8.95). Exploratory runs of the ordering (not
-        kept as a benchmark) found smallest first without that bound several times
-        round-robin's p99, and first come first served through the gate no lower median.
-    """
-
-    tick_seconds: float = 5.0
-    buffer_tokens: int = 100
-    acting_weight: float = 1.0
-    decay_half_life: float | None = None
-    resume_timeout: float = 1800.0
-    idle_ttl: float | None = 600.0
-    overcommit: float | None = None
-    count_shared_once: bool = False
-    call_gate: bool = True
+#: The policies that bind programs to replicas, pause and resume them.
+PROGRAM_LEVEL = tuple(name for name in POLICIES if POLICY_CLASSES[name].program_level)
 
 
 class ProgramScheduler:
@@ -221,7 +136,6 @@ class ProgramScheduler:
         self.programs: dict[str, Program] = {}
         self.queue: dict[str, Program] = {}  # insertion order = queue order
         self._seq = 0
-        self._rr = 0
         self._tool_samples: list[float] = []
         self.stats = {"pauses": 0, "resumes": 0, "marks": 0, "forced_resumes": 0,
                       "ttl_releases": 0, "warm_resumes": 0, "migrations": 0,
@@ -229,16 +143,12 @@ class ProgramScheduler:
         self.profile = profile
         self.overcommit = 1.0  # tsched: inf in the open regime
         self.regime = "bounded"  # pauses nobody while every context fits
-        self._chosen = False  # tsched: has its cost model chosen a regime yet?
         self._growth = 0.0  # EMA of new prompt tokens per call (tsched's cost model)
         self._output = 0.0  # EMA of answer tokens per call
-        self._cold_firsts = 0
-        self._regime_at = -math.inf
         self.gate: dict[str, Program] = {}  # calls held until their replica's KV has room
         self._prefix_seen = 0  # the system prompt every program shares (first calls' hits)
         self._call_time = 0.0  # EMA of seconds from sending a call to its answer
-        if policy == "tsched" and self.config.overcommit is not None:
-            self.overcommit = max(1.0, self.config.overcommit)
+        self.rules = POLICY_CLASSES[policy](self)  # what the policy decides
 
     # ------------------------------------------------------------------ events
     def request(self, program_id: str, est_tokens: int) -> Wakeups:
@@ -258,18 +168,18 @@ class ProgramScheduler:
         prog.last_seen = now
         prog.phase = "reasoning"
         prog.tokens = max(prog.tokens, int(est_tokens))
-        if self.policy not in PROGRAM_LEVEL:
+        if not self.rules.program_level:
             return self._route_request_level(prog)
         if prog.state == "new":
             replica = self._admit_new(prog)
             if replica is None:
                 prog.pending += 1
                 self._enqueue(prog, now)
-                return self._resume_now() if self.policy == "tsched" else []
+                return self.rules.on_wait()
             self._bind(prog, replica)
         if prog.state == "paused":
             prog.pending += 1
-            return self._resume_now() if self.policy == "tsched" else []
+            return self.rules.on_wait()
         assert prog.replica is not None
         if not self.replicas[prog.replica].up:  # its replica failed: queue and go elsewhere
             self._unbind(prog)
@@ -287,7 +197,7 @@ class ProgramScheduler:
             if self.config.call_gate:
                 prog.gated_at = now
                 self.gate[prog.id] = prog
-                woken = self._drain_gate()
+                woken = self.rules.drain_gate()
                 if prog.id in self.gate:
                     self.stats["held_calls"] += 1
                 return woken
@@ -310,15 +220,8 @@ class ProgramScheduler:
         out = int(completion_tokens)
         self._output = out if self._output == 0 else 0.9 * self._output + 0.1 * out
         prog.tokens = prog.known = int(prompt_tokens) + int(completion_tokens)
-        if self.policy == "tsched" and now - self._regime_at >= 1.0:  # decide early, then often
-            self._regime_at = now
-            self._choose_regime()
-        if self.policy == "tsched" and prog.sent_at > 0.0:
-            took = now - prog.sent_at
-            self._call_time = took if self._call_time == 0 else 0.9 * self._call_time + 0.1 * took
         prog.steps += 1
-        if prog.steps == 1 and self.policy == "tsched":
-            self._learn_shared_prefix(int(cached_tokens))
+        self.rules.on_response(prog, now, int(cached_tokens))
         if prog.marked and prog.inflight == 0:
             self._pause(prog, now)
         return self._after_free()
@@ -375,7 +278,7 @@ class ProgramScheduler:
             self._unbind(prog)
             prog.origin = None
             prog.marked = False
-            if self.policy in PROGRAM_LEVEL:
+            if self.rules.program_level:
                 self._enqueue(prog, now)
             else:
                 prog.state = "active"
@@ -383,46 +286,24 @@ class ProgramScheduler:
         return self._after_free()
 
     def tick(self) -> Wakeups:
-        """The periodic pass: expire idle programs, resume from the queue, then pause."""
-        if self.policy not in PROGRAM_LEVEL:
-            return []
-        now = self.clock()
-        woken: Wakeups = []
-        if self.policy == "tsched" and self.config.idle_ttl is not None:
-            for prog in list(self.programs.values()):
-                idle = prog.phase == "acting" and prog.inflight == 0 and not prog.pending
-                if idle and now - prog.last_seen > self.config.idle_ttl:
-                    self.stats["ttl_releases"] += 1
-                    woken += self.release(prog.id)
-        if self.policy == "tsched":
-            self._choose_regime()
-            self._pause_for_queue(now)
-        woken += self._forced_resumes(now)
-        if self.policy == "tsched":
-            woken += self._drain_gate()
-        woken += self._resume(now)
-        self._pause_over_capacity(now)
-        return woken
+        """The periodic pass (program-level policies): expire idle programs, resume from the
+        queue, then pause; what it does is the policy's."""
+        return self.rules.tick(self.clock())
 
     # ------------------------------------------------------------------ reading
     def used_tokens(self, replica: int, *, decayed: bool = False) -> float:
-        """Tokens counted on ``replica``: contexts (acting ones weighted), buffers, shared once.
-
-        tsched counts each program at the size of its *next* call (an acting program's context
-        plus the growth and answer seen per call), so that filling capacity to the brim does not
-        overflow as soon as the programs return."""
+        """Tokens counted on ``replica``: contexts (acting ones weighted), buffers, shared once,
+        and what the policy counts ahead of each program (:meth:`Policy.ahead`)."""
         now = self.clock()
         rep = self.replicas[replica]
         total = 0.0
-        mine = self.policy == "tsched"
-        shared = self.shared_prefix if mine else 0
+        rules = self.rules
+        shared = rules.shared()
         for pid in rep.programs:
             prog = self.programs[pid]
-            tokens = max(prog.tokens - shared, 0)
-            if mine:
-                tokens += self._output if prog.inflight else self._growth + self._output
+            tokens = max(prog.tokens - shared, 0) + rules.ahead(prog)
             if prog.phase == "acting" and prog.inflight == 0:
-                tokens *= self._acting_weight(now - prog.acting_since, decayed)
+                tokens *= rules.acting_weight(now - prog.acting_since, decayed)
             total += tokens + self.config.buffer_tokens
         if rep.programs:
             total += shared
@@ -480,20 +361,12 @@ class ProgramScheduler:
         }
 
     # ------------------------------------------------------------------ internals
-    def _route_request_level(self, prog: Program) -> int | None:
+    def _route_request_level(self, prog: Program) -> Wakeups:
         ups = [i for i, r in enumerate(self.replicas) if r.up]
         prog.pending += 1
         if not ups:
             return []
-        if self.policy == "round-robin":
-            self._rr += 1
-            replica = ups[self._rr % len(ups)]
-        elif self.policy == "sticky" and prog.replica is not None and prog.replica in ups:
-            replica = prog.replica
-        elif self.policy == "sticky":
-            replica = min(ups, key=lambda i: (len(self.replicas[i].programs), i))
-        else:
-            replica = min(ups, key=lambda i: (self.replicas[i].inflight, i))
+        replica = self.rules.route(prog, ups)
         if prog.replica != replica:
             self._unbind(prog)
             self._bind(prog, replica)
@@ -524,9 +397,7 @@ class ProgramScheduler:
         prog.replica = replica
         prog.state = "active"
         self.replicas[replica].programs[prog.id] = None
-        if self.policy == "tsched":
-            warm = prog.origin == replica
-            self.stats["warm_resumes" if warm else "migrations"] += prog.origin is not None
+        self.rules.on_bind(prog, replica)
 
     def _unbind(self, prog: Program) -> None:
         if prog.replica is not None:
@@ -549,128 +420,10 @@ class ProgramScheduler:
         self._unbind(prog)
         self._enqueue(prog, now)
 
-    def _acting_weight(self, seconds: float, decayed: bool) -> float:
-        if self.policy == "thunderagent" and decayed:
-            half = self.config.decay_half_life or 1.0
-            return 2.0 ** (-max(seconds, 0.0) / half)
-        return self.config.acting_weight
-
-    def _mean_residual(self, elapsed: float) -> float | None:
-        """E[T - t | T > t] over the tool times observed (None until 8 are known; infinite once
-        the call has outlived every one observed: a program that went silent, say one whose
-        client never releases it, is no better than gone)."""
-        if len(self._tool_samples) < 8:
-            return None
-        longer = [x for x in self._tool_samples if x > elapsed]
-        if not longer:
-            return math.inf
-        return sum(longer) / len(longer) - elapsed
-
     def _observe_tool(self, seconds: float) -> None:
         self._tool_samples.append(max(seconds, 0.0))
         if len(self._tool_samples) > 512:
             del self._tool_samples[:256]
-
-    def _learn_shared_prefix(self, cached: int) -> None:
-        """The first call of a program can only hit what every program shares: the system
-        prompt. Keep the smallest such hit seen among the last programs (robust to a cold
-        cache: a 0 is only believed after three in a row)."""
-        if cached <= 0:
-            self._cold_firsts += 1
-            if self._cold_firsts >= 3:
-                self._prefix_seen = 0
-        else:
-            self._cold_firsts = 0
-            seen = self._prefix_seen
-            self._prefix_seen = cached if seen == 0 else min(seen, cached)
-
-    def _predicted_rate(self, programs: float, context: float, miss: bool) -> float:
-        """Steps per second of one replica running ``programs`` programs of ``context`` tokens,
-        every call hitting its cache (``miss`` False) or recomputing its whole context (True):
-        the smaller of what the programs ask (programs / (tool + call)) and what the engine
-        serves (1 / engine seconds per call, decode passes shared by the calls in flight)."""
-        prof = self.profile
-        assert prof is not None
-        tool = sum(self._tool_samples) / len(self._tool_samples) if self._tool_samples else 1.0
-        out = max(self._output, 1.0)
-        prefill = (
-            prof.recompute_seconds(int(context))
-            if miss
-            else prof.prefill_seconds(int(self._growth))
-        )
-        decode_call = out * prof.decode_seconds(0.5)
-        demand = programs / (tool + prefill + decode_call)
-        batch = max(1.0, programs * (prefill + decode_call) / (tool + prefill + decode_call))
-        supply = 1.0 / (prefill + decode_call / batch)
-        return min(demand, supply)
-
-    def _choose_regime(self) -> None:
-        """tsched's cost model: bounded (contexts within capacity, every call hits) or open
-        (every program admitted; calls recompute what the LRU lost).
-
-        The model predicts throughput only. Pausing also makes the paused programs wait, which
-        throughput does not show (their calls form the latency tail and the unfairness), and
-        near capacity the model overrates the bounded regime by about 20 %: in simulation, 24
-        SWE-like programs on two mocker-timed replicas of 59k tokens, its predictions over a run
-        put bounded 15–20 % ahead, while open ran 3 % faster (483 against 470 steps/min) with a
-        p99 step of 3.5 s against 9.8 s (``benchmarks/results/agentic.md`` with and without
-        this bar). So
-        programs are paused only for a predicted gain beyond that error, ``BOUNDED_GAIN`` (30 %),
-        and the open regime returns at a 5 % predicted gain (a band, so the choice does not
-        flap). While every context fits and nobody waits, nothing is chosen: the bounded regime
-        pauses nobody then, and keeps every program on its replica."""
-        if self.config.overcommit is not None or self.profile is None:
-            return
-        ups = [r for r in self.replicas if r.up]
-        if not self.programs or not ups or self._output <= 0:
-            return
-        per_replica = len(self.programs) / len(ups)
-        context = sum(p.tokens for p in self.programs.values()) / len(self.programs)
-        fits = (
-            sum(r.capacity for r in ups) / len(ups) / max(context + self.config.buffer_tokens, 1.0)
-        )
-        crowded = bool(self.queue) or any(
-            self.used_tokens(i) > r.capacity for i, r in enumerate(self.replicas) if r.up
-        )
-        if per_replica <= fits and not crowded:
-            return  # every context fits: both regimes admit everyone, nothing to choose
-        bounded_rate = self._predicted_rate(min(fits, per_replica), context, False)
-        open_rate = self._predicted_rate(per_replica, context, True)
-        pays = bounded_rate > BOUNDED_GAIN * open_rate  # pausing clears the bar
-        if not self._chosen:
-            self._chosen = True
-            target = "bounded" if pays else "open"
-        elif self.regime == "bounded":
-            target = "open" if open_rate > 1.05 * bounded_rate else "bounded"
-        else:
-            target = "bounded" if pays else "open"
-        if target != self.regime:
-            self.regime = target
-            self.overcommit = 1.0 if target == "bounded" else math.inf
-            self.stats["regime_switches"] = self.stats.get("regime_switches", 0) + 1
-
-    def _pause_for_queue(self, now: float) -> None:
-        """tsched: while programs wait, pause acting programs whose tool is likely to run on for
-        longer than their recompute would stall their replica's batch (mean residual tool time
-        from the times observed, against the profile's recompute time × programs there)."""
-        if not self.queue or self.profile is None or self.regime == "open":
-            return
-        for rep in self.replicas:
-            if not rep.up:
-                continue
-            acting = [
-                p for p in (self.programs[pid] for pid in rep.programs)
-                if p.phase == "acting" and p.inflight == 0 and not p.pending
-            ]  # fmt: skip
-            acting.sort(key=lambda p: p.acting_since)
-            for prog in acting:
-                residual = self._mean_residual(now - prog.acting_since)
-                if residual is None:
-                    return
-                stall = self.profile.recompute_seconds(prog.tokens) * max(len(rep.programs), 1)
-                if residual > stall:
-                    self.stats["long_tool_pauses"] = self.stats.get("long_tool_pauses", 0) + 1
-                    self._pause(prog, now)
 
     def _admit_new(self, prog: Program) -> int | None:
         if self.queue:  # new programs never overtake queued ones
@@ -680,67 +433,14 @@ class ProgramScheduler:
         for i, rep in enumerate(self.replicas):
             if not rep.up:
                 continue
-            if self.remaining(i, decayed=self.policy == "thunderagent") >= need:
+            if self.remaining(i, decayed=self.rules.decayed_room) >= need:
                 key = (self.used_tokens(i), i)
                 if best is None or key < best[0]:
                     best = (key, i)
         return None if best is None else best[1]
 
     def _after_free(self) -> Wakeups:
-        if self.policy != "tsched":
-            return []
-        return self._drain_gate() + self._resume_now()
-
-    def _drain_gate(self) -> Wakeups:
-        """tsched's call gate (open regime): send held calls while a replica has KV room for them.
-
-        Room is counted as the engine holds it: the calls in flight on a replica (prompt plus
-        answer each) with the system prompt they all share counted once. A call waits while
-        neither its replica nor any other has room, so no engine is sent more than its KV holds
-        (which the engine would pay for in recompute preemptions) and the calls of all replicas
-        wait in one queue (two servers sharing one queue wait less than two with a queue each).
-        Held calls go smallest context first, except that a call held longer than the mean call
-        time goes first, in arrival order: short calls overtake, but never for longer than one
-        call takes, which bounds the tail. A call that fits nowhere goes to its replica when
-        that replica is idle."""
-        if not self.gate:
-            return []
-        now = self.clock()
-        open_ = self.regime == "open"
-        prefix = self._prefix_seen
-        room = {}
-        for i, rep in enumerate(self.replicas):
-            if rep.up:
-                shared = max(rep.inflight - 1, 0) * prefix
-                room[i] = rep.capacity - self.inflight_tokens(i) + shared if open_ else math.inf
-        age = self._call_time if self._call_time > 0 else math.inf
-
-        def key(p: Program) -> tuple[bool, float]:
-            waited = now - p.gated_at
-            return (waited < age, p.tokens if waited < age else p.gated_at)
-
-        def size(prog: Program, replica: int) -> float:  # the shared prefix once a replica
-            return prog.tokens + self._output - (prefix if self.replicas[replica].inflight else 0)
-
-        woken: Wakeups = []
-        for prog in sorted(self.gate.values(), key=key):
-            if prog.state != "active" or prog.replica is None or not prog.pending:
-                del self.gate[prog.id]
-                continue
-            target = prog.replica
-            if room.get(target, -math.inf) < size(prog, target):
-                best = max(room, key=lambda i: (room[i], -i)) if room else None
-                if best is not None and room[best] >= size(prog, best):
-                    self._unbind(prog)
-                    self._bind(prog, best)
-                    target = best
-                elif not (self.replicas[target].up and self.replicas[target].inflight == 0):
-                    break  # no overtaking past a call that fits nowhere
-                # else: larger than its idle replica's room alone; send it, the engine copes
-            del self.gate[prog.id]
-            room[target] = room.get(target, 0.0) - size(prog, target)
-            woken += self._dispatch(prog)
-        return woken
+        return self.rules.after_free()
 
     def _resume_now(self) -> Wakeups:
         return self._resume(self.clock()) if self.queue else []
@@ -766,63 +466,35 @@ class ProgramScheduler:
         if not self.queue:
             return []
         ups = [i for i, r in enumerate(self.replicas) if r.up]
-        room = {i: self.remaining(i, decayed=self.policy == "thunderagent") for i in ups}
+        rules = self.rules
+        room = {i: self.remaining(i, decayed=rules.decayed_room) for i in ups}
         room = {i: r for i, r in room.items() if r > self.config.buffer_tokens}
         if not room:
             return []
         buffer = self.config.buffer_tokens
-
-        def group(p: Program) -> int:
-            if p.pending and p.steps > 0:
-                return 0
-            return 1 if p.steps == 0 else 2
-
-        if self.policy == "tsched":  # queue order within a group: no overtaking
-            order = sorted(self.queue.values(), key=lambda p: (group(p), p.queue_seq))
-        else:
-            order = sorted(self.queue.values(), key=lambda p: (group(p), p.tokens, p.queue_seq))
         total = sum(room.values())
         kept = []
-        for prog in order:
-            need = self._need(prog) + buffer
+        for prog in rules.resume_order(self.queue.values()):
+            need = rules.need(prog) + buffer
             if need <= total:
                 kept.append(prog)
                 total -= need
-            elif self.policy == "tsched":
+            elif not rules.overtakes:
                 break  # no overtaking: a program that does not fit blocks those behind it
         woken: Wakeups = []
-        kept.sort(key=lambda p: -self._need(p))
+        kept.sort(key=lambda p: -rules.need(p))
         for prog in kept:
-            need = self._need(prog) + buffer
-            target = None
-            if self.policy == "tsched" and prog.origin in room and room[prog.origin] >= need:
-                if self._still_warm(prog):
-                    target = prog.origin
+            need = rules.need(prog) + buffer
+            target = rules.resume_target(prog, room, need)
             if target is None:
                 target = max(room, key=lambda i: (room[i], -i))
                 if room[target] < need:
-                    if self.policy == "tsched":
+                    if not rules.overtakes:
                         break
                     continue
             room[target] -= need
             woken += self._resume_one(prog, target)
         return woken
-
-    def _need(self, prog: Program) -> float:
-        if self.policy != "tsched":
-            return prog.tokens
-        ahead = self._output if prog.pending else self._growth + self._output
-        return max(prog.tokens - self.shared_prefix, 0) + ahead
-
-    def _still_warm(self, prog: Program) -> bool:
-        """Is ``prog``'s prefix likely still cached on its former replica? The engine evicts
-        least recently used first, so it is while the uncached tokens pushed through that
-        replica since the program left fit in the replica's space not counted to programs."""
-        assert prog.origin is not None
-        rep = self.replicas[prog.origin]
-        pushed = rep.pushed_tokens - prog.away_mark
-        slack = rep.capacity - self.used_tokens(prog.origin)
-        return pushed <= max(slack, 0.0) + prog.tokens
 
     def _resume_one(self, prog: Program, replica: int) -> Wakeups:
         self.queue.pop(prog.id, None)
@@ -838,28 +510,28 @@ class ProgramScheduler:
             if over <= 0:
                 continue
             progs = [self.programs[pid] for pid in rep.programs]
-            acting = sorted(
-                (p for p in progs if p.phase == "acting" and p.inflight == 0 and not p.marked),
-                key=lambda p: (p.tokens, p.id),
+            acting = self.rules.pause_order(
+                p for p in progs if p.phase == "acting" and p.inflight == 0 and not p.marked
             )
             for prog in acting:
                 if over <= 0:
                     break
-                over -= self._need(prog) * self._acting_weight(now - prog.acting_since, False)
+                over -= self.rules.need(prog) * self.rules.acting_weight(
+                    now - prog.acting_since, False
+                )
                 over -= self.config.buffer_tokens
                 self._pause(prog, now)
             if over <= 0:
                 continue
-            reasoning = sorted(
-                (p for p in progs if p.inflight > 0 and not p.marked),
-                key=lambda p: (p.tokens, p.id),
+            reasoning = self.rules.pause_order(
+                p for p in progs if p.inflight > 0 and not p.marked
             )
             for prog in reasoning:
                 if over <= 0:
                     break
                 prog.marked = True
                 self.stats["marks"] += 1
-                over -= self._need(prog) + self.config.buffer_tokens
+                over -= self.rules.need(prog) + self.config.buffer_tokens
 
     def check_capacity(self) -> list[str]:
         """Replicas whose counted tokens exceed capacity once marked programs leave (should be
@@ -867,7 +539,7 @@ class ProgramScheduler:
         problems = []
         for i, rep in enumerate(self.replicas):
             marked = sum(
-                self._need(self.programs[p]) + self.config.buffer_tokens
+                self.rules.need(self.programs[p]) + self.config.buffer_tokens
                 for p in rep.programs
                 if self.programs[p].marked
             )
