@@ -383,3 +383,66 @@ def test_tsched_pauses_only_where_recompute_is_predicted_to_cost_more(engine, re
     assert s.regime == regime
     assert (s.stats["pauses"] > 0) == (regime == "bounded")
     assert s.check_capacity() == []
+
+
+# ---------------------------------------------------------------- tsched: fair share
+def test_a_program_past_its_quantum_gives_way_to_a_slower_paused_one():
+    # room for one program: a runs, b waits; after a's quantum (2 steps) it gives way to b as
+    # soon as its call is answered, since b has progressed at under half a's rate
+    s, clock = sched("tsched", caps=(1000,), quantum_steps=2, idle_ttl=None)
+    assert s.request("a", 600) == [("a", 0)]
+    clock.t = 1.0
+    assert s.request("b", 600) == []  # no room: b waits
+    s.response("a", 600, 0)
+    clock.t = 2.0
+    assert s.request("a", 600) == [("a", 0)]
+    clock.t = 3.0
+    woken = s.response("a", 600, 0)  # a's second step: its quantum is run
+    assert woken == [("b", 0)] and s.programs["a"].state == "paused"
+    assert s.stats["rotations"] == 1
+    assert s.programs["b"].longest_pause == pytest.approx(2.0)  # asked at 1 s, sent at 3 s
+    assert s.programs["a"].service == pytest.approx(2.0)  # two calls of 1 s each
+
+
+def test_inside_its_quantum_or_with_fair_share_off_a_program_keeps_its_replica():
+    for kw in ({"quantum_steps": 3}, {"fair": False}):
+        s, clock = sched("tsched", caps=(1000,), idle_ttl=None, **kw)
+        s.request("a", 600)
+        clock.t = 1.0
+        s.request("b", 600)
+        for t in (2.0, 3.0):
+            s.response("a", 600, 0)
+            clock.t = t
+            assert s.request("a", 600) == [("a", 0)], kw
+        assert s.programs["a"].state == "active" and "rotations" not in s.stats
+
+
+def test_paused_programs_resume_slowest_first():
+    s, clock = sched("tsched", caps=(1000,), quantum_steps=100, idle_ttl=None)
+    s.request("a", 900)
+    clock.t = 1.0
+    s.request("b", 500)  # waits from 1 s
+    clock.t = 5.0
+    s.request("c", 500)  # waits from 5 s
+    clock.t = 10.0
+    s.response("a", 900, 0)
+    woken = s.release("a")
+    # b has waited 9 s for its first step, c 5 s: b's rate is the lower, it goes first
+    assert woken[0] == ("b", 0)
+    rows = {p["program_id"]: p for p in s.snapshot()["programs"]}
+    assert rows["b"]["longest_pause_s"] == pytest.approx(9.0) and "service_s" in rows["c"]
+
+
+def test_fair_share_evens_progress_under_overload_in_simulation():
+    from tsched.agentic.sim import simulate
+    from tsched.agentic.workload import PRESETS as WORKLOADS
+
+    w = WORKLOADS["swe"].with_load(concurrency=64, programs=128)
+    runs = {
+        fair: simulate(w, ENGINES["prefill-heavy"], replicas=2, capacity_tokens=59_000,
+                       policy="tsched", seed=2, config=SchedulerConfig(fair=fair)).metrics
+        for fair in (True, False)
+    }  # fmt: skip
+    assert runs[True]["fairness"] > runs[False]["fairness"] + 0.1
+    assert runs[True]["steps_per_min"] > 0.9 * runs[False]["steps_per_min"]
+    assert runs[True]["pause_over_step"] < 10

@@ -83,6 +83,7 @@ def test_proxy_routes_programs_keeps_their_cache_and_serves_its_endpoints(replic
         progs = {p["program_id"]: p for p in snap["programs"]}
         assert progs["a"]["steps"] == 2 and progs["b"]["steps"] == 1
         assert progs["a"]["tokens"] == 1004 and progs["a"]["phase"] == "acting"
+        assert progs["a"]["service_s"] > 0 and progs["a"]["longest_pause_s"] >= 0
         async with s.post(f"{url}/programs/release", json={"program_id": "a"}) as r:
             assert await r.json() == {"program_id": "a", "released": True}
         async with s.post(f"{url}/programs/release", json={"program_id": "a"}) as r:
@@ -94,6 +95,8 @@ def test_proxy_routes_programs_keeps_their_cache_and_serves_its_endpoints(replic
             metrics = await r.text()
         assert 'tsched_agents_programs{state="active"} 1.0' in metrics
         assert "tsched_agents_proxy_calls_total 3.0" in metrics
+        assert 'tsched_agents_program_service_seconds{program="b"}' in metrics
+        assert 'tsched_agents_program_longest_pause_seconds{program="b"}' in metrics
         async with s.get(f"{url}/v1/models") as r:
             assert r.status == 200 and "tiny" in await r.text()
         # bad input: clear JSON errors, nothing forwarded

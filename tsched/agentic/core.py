@@ -161,11 +161,12 @@ class ProgramScheduler:
         now = self.clock()
         prog = self.programs.get(program_id)
         if prog is None:
-            prog = Program(program_id, state="new", last_seen=now)
+            prog = Program(program_id, state="new", last_seen=now, joined=now)
             self.programs[program_id] = prog
         if prog.phase == "acting" and prog.steps > 0 and prog.inflight == 0:
             self._observe_tool(now - prog.acting_since)
         prog.last_seen = now
+        prog.asked_at = now
         prog.phase = "reasoning"
         prog.tokens = max(prog.tokens, int(est_tokens))
         if not self.rules.program_level:
@@ -213,6 +214,8 @@ class ProgramScheduler:
             return []
         if prog.replica is not None:
             self.replicas[prog.replica].pushed_tokens += max(prompt_tokens - cached_tokens, 0)
+        if prog.inflight > 0:  # its call was sent: the seconds since count as its service
+            prog.service += now - prog.sent_at
         self._call_ended(prog, now)
         if prog.steps > 0:
             growth = max(int(prompt_tokens) - prog.known, 0)
@@ -223,6 +226,9 @@ class ProgramScheduler:
         prog.steps += 1
         self.rules.on_response(prog, now, int(cached_tokens))
         if prog.marked and prog.inflight == 0:
+            self._pause(prog, now)
+        elif self.rules.gives_way(prog, now):
+            self.stats["rotations"] = self.stats.get("rotations", 0) + 1
             self._pause(prog, now)
         return self._after_free()
 
@@ -343,6 +349,8 @@ class ProgramScheduler:
                     "steps": p.steps,
                     "pending": p.pending,
                     "marked": p.marked,
+                    "service_s": round(p.service, 3),
+                    "longest_pause_s": round(p.longest_pause, 3),
                 }  # fmt: skip
                 for p in self.programs.values()
             ],
@@ -378,6 +386,7 @@ class ProgramScheduler:
         prog.inflight += prog.pending
         self.replicas[prog.replica].inflight += prog.pending
         prog.sent_at = self.clock()
+        prog.longest_pause = max(prog.longest_pause, prog.sent_at - prog.asked_at)
         prog.sent_tokens += (prog.tokens + self._output) * prog.pending
         prog.pending = 0
         return [(prog.id, prog.replica)]
@@ -395,6 +404,7 @@ class ProgramScheduler:
 
     def _bind(self, prog: Program, replica: int) -> None:
         prog.replica = replica
+        prog.resumed_steps = prog.steps
         prog.state = "active"
         self.replicas[replica].programs[prog.id] = None
         self.rules.on_bind(prog, replica)

@@ -34,6 +34,11 @@ class Program:
     sent_tokens: float = 0.0  # tokens its calls in flight count on their replica (call gate)
     gated_at: float = 0.0  # when its call reached the gate
     sent_at: float = 0.0  # when its last call was sent
+    joined: float = 0.0  # when it first asked (its rate of progress counts from here)
+    resumed_steps: int = 0  # its steps when it was last bound (its quantum counts from there)
+    asked_at: float = 0.0  # when its latest call arrived
+    longest_pause: float = 0.0  # seconds, the longest one of its calls waited to be sent
+    service: float = 0.0  # seconds its calls took, sent to answered (its attained service)
 
 
 @dataclass(slots=True)
@@ -86,6 +91,23 @@ class SchedulerConfig:
         4.31) with the lowest p99 (6.73 against 8.95). Exploratory runs of the ordering (not
         kept as a benchmark) found smallest first without that bound several times
         round-robin's p99, and first come first served through the gate no lower median.
+    fair
+        tsched, bounded regime: time-sliced fair share between programs. Each program's rate of
+        progress is its steps (plus one) per second since it joined; paused programs resume
+        slowest first, programs of an over-full replica are paused fastest first, and a program
+        whose call is answered after it has run its quantum gives way (is paused) when a paused
+        program progresses at under ``1 / rotation_ratio`` of its rate. Off: tsched as before
+        (queue order, smallest paused first).
+    rotation_overhead
+        tsched fair share: the share of replica time rotation may cost; it sizes the quantum
+        (:meth:`~tsched.agentic.policies.tsched.Tsched.quantum`): a rotation costs one
+        recompute of a context, so a resumed program runs the steps whose engine time that
+        recompute is this share of before it may be paused for fairness.
+    quantum_steps
+        tsched fair share: a fixed quantum in steps instead of the one sized from the profile.
+    rotation_ratio
+        tsched fair share: how much faster than the slowest paused program a program must be
+        progressing to give way to it (2: twice as fast).
     """
 
     tick_seconds: float = 5.0
@@ -97,3 +119,7 @@ class SchedulerConfig:
     overcommit: float | None = None
     count_shared_once: bool = False
     call_gate: bool = True
+    fair: bool = True
+    rotation_overhead: float = 0.3
+    quantum_steps: int | None = None
+    rotation_ratio: float = 2.0

@@ -60,6 +60,11 @@ METRICS = (
     "p99_step_s",
     "kv_imbalance",
     "fairness",
+    "slowdown_p50",
+    "slowdown_p99",
+    "mean_step_s",
+    "longest_pause_s",
+    "pause_over_step",
 )
 RECORD_FIELDS = (
     "policy", "seed", "program", "turn", "replica", "requested", "sent", "done", "latency_s",
@@ -520,7 +525,8 @@ def simulate(
     if window_end[0] == math.inf:
         window_end[0] = end
     metrics = metrics_of(
-        records, specs, started_at, ended_at, window_end[0], imbalance, warmup=warmup
+        records, specs, started_at, ended_at, window_end[0], imbalance, warmup=warmup,
+        profile=profile,
     )
     counters = dict(sched.stats)
     counters["preemptions"] = sum(e.preemptions for e in engines)
@@ -541,11 +547,19 @@ def metrics_of(
     imbalance: Sequence[float],
     *,
     warmup: float = 0.0,
+    profile: EngineProfile | None = None,
 ) -> dict[str, float]:
     """:data:`METRICS` of the calls that finished between ``warmup`` and ``window`` seconds
     (see :func:`simulate`); ``imbalance`` is the sampled max − min KV utilisation. Fairness is
     Jain's index of steps per second alive, over programs alive in the window for at least a
-    tenth of it."""
+    tenth of it.
+
+    Fairness as users feel it, beside the index: each program's *slowdown*, the time from its
+    start to its end over the time it takes alone on an idle replica of ``profile`` (its new
+    tokens prefilled, its answers decoded one sequence at a time, its tools), p50 and p99 over
+    the programs that ended in the window (NaN without a profile); the *longest pause*, the
+    longest any call waited to be sent (its program paused, or its call held); and that over
+    the mean step (a call's latency)."""
     start = min(max(warmup, 0.0), window)
     span = max(window - start, 1e-9)
     inside = [r for r in records if start <= r["done"] <= window]
@@ -567,6 +581,22 @@ def metrics_of(
         # seen for a moment would make its rate, and the index, noise
         if alive >= 0.1 * span:
             rates.append(per_program.get(i, 0) / alive)
+    slow = []
+    if profile is not None:
+        for i, spec in enumerate(specs):
+            end, begun = ended_at[i], started_at[i]
+            if math.isnan(end) or math.isnan(begun) or not start <= end <= window:
+                continue
+            alone = sum(spec.tool_seconds)
+            for k in range(spec.turns):
+                before = spec.output_tokens[k - 1] if k else spec.system_tokens
+                novel = spec.new_tokens[k] + before
+                alone += profile.prefill_seconds(novel)
+                alone += spec.output_tokens[k] * profile.decode_seconds(0.0)
+            slow.append((end - begun) / max(alone, 1e-9))
+    waits = [r["queue_s"] for r in inside]
+    mean_step = float(lat.mean())
+    longest = max(waits, default=math.nan)
     return {
         "steps_per_min": len(inside) / minutes,
         "programs_per_hour": done_programs / (minutes / 60.0),
@@ -577,4 +607,9 @@ def metrics_of(
         "p99_step_s": float(np.percentile(lat, 99)),
         "kv_imbalance": float(np.mean(imbalance)) if imbalance else 0.0,
         "fairness": jain_index(rates) if rates else math.nan,
+        "slowdown_p50": float(np.percentile(slow, 50)) if slow else math.nan,
+        "slowdown_p99": float(np.percentile(slow, 99)) if slow else math.nan,
+        "mean_step_s": mean_step,
+        "longest_pause_s": float(longest),
+        "pause_over_step": float(longest / mean_step) if mean_step > 0 else math.nan,
     }

@@ -81,8 +81,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         elif args.programs:
             w = w.with_load(programs=args.programs)
         variants.append(w)
+    config = _fair_config(args)
     cells = [
-        Cell(w, profile, args.replicas, args.capacity_tokens, policy, seed, horizon=args.duration)
+        Cell(w, profile, args.replicas, args.capacity_tokens, policy, seed, config=config,
+             horizon=args.duration)
         for w in variants
         for policy in policies
         for seed in range(args.seeds)
@@ -112,10 +114,33 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fair_args(p: Any) -> None:
+    """tsched's fair share between programs (:class:`~tsched.agentic.core.SchedulerConfig`)."""
+    p.add_argument("--no-fair-share", action="store_true",
+                   help="tsched: no time-sliced fair share (paused programs resume in queue "
+                   "order; the fastest progressing never give way)")  # fmt: skip
+    p.add_argument("--rotation-overhead", type=number(positive=True), default=0.3,
+                   help="tsched fair share: replica time rotation may cost by the profile's "
+                   "estimate; sizes the quantum (default 0.3)")  # fmt: skip
+    p.add_argument("--quantum-steps", type=integer(1), default=None,
+                   help="tsched fair share: steps a resumed program runs before it may give "
+                   "way (default: sized from the engine profile)")  # fmt: skip
+    p.add_argument("--rotation-ratio", type=number(minimum=1.0), default=2.0,
+                   help="tsched fair share: a program gives way to a paused one progressing "
+                   "this many times slower (default 2)")  # fmt: skip
+
+
+def _fair_config(args: argparse.Namespace, **extra: Any) -> Any:
+    from tsched.agentic.core import SchedulerConfig
+
+    return SchedulerConfig(fair=not args.no_fair_share, rotation_overhead=args.rotation_overhead,
+                           quantum_steps=args.quantum_steps, rotation_ratio=args.rotation_ratio,
+                           **extra)  # fmt: skip
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tsched.agentic.core import SchedulerConfig
     from tsched.agentic.engine import load_engine_profile
     from tsched.agentic.proxy import ProxySettings, dynamo_backends, parse_capacities, serve
     from tsched.cli._common import stderr_console
@@ -148,8 +173,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"--port: expected 0..65535, got {args.port}")
     if args.tick <= 0:
         raise InputError(f"--tick: expected seconds > 0, got {args.tick}")
-    config = SchedulerConfig(
-        tick_seconds=args.tick, idle_ttl=args.idle_ttl if args.idle_ttl > 0 else None
+    config = _fair_config(
+        args, tick_seconds=args.tick, idle_ttl=args.idle_ttl if args.idle_ttl > 0 else None
     )
     settings = ProxySettings(
         backends=backends,
@@ -348,6 +373,7 @@ def add_parsers(sub: Any) -> None:
         metavar="S",
         help="stop each run after S simulated seconds",
     )
+    _fair_args(s)
     s.add_argument("--ray", action="store_true", help="run the sweep as Ray tasks")
     s.add_argument("--out", required=True, metavar="DIR", help="output folder")
     s.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -434,6 +460,7 @@ def add_parsers(sub: Any) -> None:
         default=600.0,
         help="seconds a backend call may take (default 600)",
     )
+    _fair_args(v)
     v.add_argument("--quiet", action="store_true", help="no start-up line")
     v.set_defaults(func=cmd_serve)  # fmt: skip
 

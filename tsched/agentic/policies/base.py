@@ -50,6 +50,10 @@ class Policy:
     def on_bind(self, prog: Program, replica: int) -> None:
         """``prog`` was bound to ``replica``."""
 
+    def gives_way(self, prog: Program, now: float) -> bool:
+        """``prog``'s call was just answered: is it to be paused for another program?"""
+        return False
+
     def after_free(self) -> Wakeups:
         """Something freed room (a response, an abort, a release, a replica back)."""
         return []

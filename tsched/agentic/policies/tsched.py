@@ -92,10 +92,55 @@ class Tsched(ProgramLevel):
         ahead = s._output if prog.pending else s._growth + s._output
         return max(prog.tokens - s.shared_prefix, 0) + ahead
 
-    # -- who resumes ---------------------------------------------------------------------------
+    # -- who resumes, who is paused ------------------------------------------------------------
     def resume_order(self, queued: Iterable[Program]) -> list[Program]:
-        """Queue order within a group: no overtaking."""
+        """Fair share: the slowest progressing first; else queue order within a group. Never
+        overtaken."""
+        if self._fair():
+            return sorted(queued, key=lambda p: (self.rate(p), p.queue_seq))
         return sorted(queued, key=lambda p: (resume_group(p), p.queue_seq))
+
+    def pause_order(self, progs: Iterable[Program]) -> list[Program]:
+        """Fair share: the fastest progressing first; else the smallest first."""
+        if self._fair():
+            return sorted(progs, key=lambda p: (-self.rate(p), p.tokens, p.id))
+        return super().pause_order(progs)
+
+    def gives_way(self, prog: Program, now: float) -> bool:
+        """Fair share: after its quantum, a program gives way when its call is answered if a
+        paused program progresses at under ``1 / rotation_ratio`` of its rate."""
+        s = self.s
+        if (not self._fair() or not s.queue or prog.inflight or prog.pending
+                or prog.state != "active" or prog.steps - prog.resumed_steps < self.quantum()):
+            return False  # fmt: skip
+        slowest = min(self.rate(p) for p in s.queue.values())
+        return self.rate(prog) >= s.config.rotation_ratio * slowest
+
+    def rate(self, prog: Program) -> float:
+        """A program's rate of progress: its steps, plus one so that one that has not run
+        yet still ages, per second since it joined."""
+        return (prog.steps + 1) / max(self.s.clock() - prog.joined, 1e-6)
+
+    def quantum(self) -> int:
+        """Steps a resumed program runs before it may give way. Each rotation costs a replica
+        at most one recompute of a context (the paused program's cache lost to the LRU
+        meanwhile), so the quantum is the number of steps whose engine time that recompute is
+        ``rotation_overhead`` of: ``⌈recompute(context) / (overhead × (prefill(growth) +
+        answer × decode))⌉``, with the mean context and the growth and answer seen per call
+        (4 until the profile and a first answer are known)."""
+        s = self.s
+        if s.config.quantum_steps is not None:
+            return s.config.quantum_steps
+        prof = s.profile
+        if prof is None or not s.programs or s._output <= 0:
+            return 4
+        context = sum(p.tokens for p in s.programs.values()) / len(s.programs)
+        step = prof.prefill_seconds(int(s._growth)) + s._output * prof.decode_seconds(0.5)
+        cost = prof.recompute_seconds(int(context))
+        return max(1, math.ceil(cost / (s.config.rotation_overhead * max(step, 1e-9))))
+
+    def _fair(self) -> bool:
+        return self.s.config.fair and self.s.regime != "open"
 
     def resume_target(self, prog: Program, room: dict[int, float], need: float) -> int | None:
         """Its former replica while its prefix is likely still cached there."""

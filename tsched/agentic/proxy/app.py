@@ -404,6 +404,21 @@ async def _metrics(request: Any) -> Any:
                 "calls waiting for their program's resume or at the call gate",
                 value=sum(len(v) for v in state.waiting.values()),
             )  # fmt: skip
+            served = GaugeMetricFamily(
+                "tsched_agents_program_service_seconds",
+                "seconds each program's calls took, sent to answered (attained service)",
+                labels=["program"],
+            )  # fmt: skip
+            paused = GaugeMetricFamily(
+                "tsched_agents_program_longest_pause_seconds",
+                "the longest one of each program's calls waited to be sent",
+                labels=["program"],
+            )  # fmt: skip
+            for pid, prog in sched.programs.items():
+                served.add_metric([pid], prog.service)
+                paused.add_metric([pid], prog.longest_pause)
+            yield served
+            yield paused
             for key, value in sched.stats.items():
                 yield CounterMetricFamily(f"tsched_agents_{key}", f"scheduler {key}", value=value)
             for key, value in state.counts.items():
