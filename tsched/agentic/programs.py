@@ -120,6 +120,6 @@ class SchedulerConfig:
     count_shared_once: bool = False
     call_gate: bool = True
     fair: bool = True
-    rotation_overhead: float = 0.3
+    rotation_overhead: float = 0.2
     quantum_steps: int | None = None
     rotation_ratio: float = 2.0

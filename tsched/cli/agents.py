@@ -119,9 +119,9 @@ def _fair_args(p: Any) -> None:
     p.add_argument("--no-fair-share", action="store_true",
                    help="tsched: no time-sliced fair share (paused programs resume in queue "
                    "order; the fastest progressing never give way)")  # fmt: skip
-    p.add_argument("--rotation-overhead", type=number(positive=True), default=0.3,
+    p.add_argument("--rotation-overhead", type=number(positive=True), default=0.2,
                    help="tsched fair share: replica time rotation may cost by the profile's "
-                   "estimate; sizes the quantum (default 0.3)")  # fmt: skip
+                   "estimate; sizes the quantum (default 0.2)")  # fmt: skip
     p.add_argument("--quantum-steps", type=integer(1), default=None,
                    help="tsched fair share: steps a resumed program runs before it may give "
                    "way (default: sized from the engine profile)")  # fmt: skip
