@@ -106,7 +106,7 @@ def test_the_readme_walkthrough_runs_verbatim(tmp_path) -> None:
                 sandbox = json.loads((tmp_path / "sandbox" / "sandbox.json").read_text())
             if command.startswith("tsched dynamo up"):
                 engine_pids = [int(p) for p in re.findall(r": up pid (\d+)", out)]
-                assert len(engine_pids) == 3
+                assert len(engine_pids) == 4  # two replicas, the frontend, the supervisor
             if command.startswith("tsched dynamo down"):  # nothing of the service is held
                 status = subprocess.run(["tsched", "sandbox", "status", "--json"], env=env,
                                         capture_output=True, text=True, timeout=120)  # fmt: skip
