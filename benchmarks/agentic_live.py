@@ -94,7 +94,8 @@ def run_arm(
     arm: str, reps: MockerReplicas, workload: Any, run: int, text_seed: int, args: Any, work: str
 ) -> Any:
     """One measured run of ``arm`` on the shared workers."""
-    common = dict(seed=run, duration=args.duration, warmup=args.warmup, text_seed=text_seed)
+    common = dict(seed=run, duration=args.duration, warmup=args.warmup, text_seed=text_seed,
+                  profile=ENGINES[args.engine])  # fmt: skip
     if arm in DYNAMO_ARMS:
         if arm == "dynamo-thunderagent":
             return asyncio.run(run_bench(workload, reps.frontends["round-robin"],
@@ -265,7 +266,10 @@ def write_report(
             rs = [r for r in sub if r["arm"] == arm]
 
             def cell(metric: str, digits: int = 1, rs: list = rs) -> str:
-                m, lo, hi = ci95([r[metric] for r in rs])
+                values = [float(r.get(metric, "nan")) for r in rs]
+                if all(v != v for v in values):
+                    return "–"  # a runs.csv from before the metric
+                m, lo, hi = ci95(values)
                 return f"{m:.{digits}f} ± {(hi - lo) / 2:.{digits}f}"
 
             m, lo, hi = ci95([r["steps_per_min"] for r in rs])
@@ -279,10 +283,12 @@ def write_report(
             table.append([
                 arm, cell("steps_per_min"), f"{m / ref_ci[0]:.2f}×{apart}",
                 cell("cache_hit_rate", 3), cell("p50_step_s", 2), cell("p99_step_s", 2),
-                cell("fairness", 3), int(sum(r["errors"] for r in rs)), sim,
+                cell("fairness", 3), cell("slowdown_p99", 1), cell("pause_over_step", 1),
+                int(sum(r["errors"] for r in rs)), sim,
             ])  # fmt: skip
         header = ["arm", "steps/min", f"vs {ref}", "hit rate", "p50 s", "p99 s", "fairness",
-                  "errors", "simulated steps/min; p50 s (vs live)"]  # fmt: skip
+                  "slowdown p99", "longest pause / mean step", "errors",
+                  "simulated steps/min; p50 s (vs live)"]  # fmt: skip
         text += [f"## {conc} programs in flight", "", markdown_table(header, table), ""]
         if "tsched" in arms:
             pairs = [

@@ -446,3 +446,18 @@ def test_fair_share_evens_progress_under_overload_in_simulation():
     assert runs[True]["fairness"] > runs[False]["fairness"] + 0.1
     assert runs[True]["steps_per_min"] > 0.9 * runs[False]["steps_per_min"]
     assert runs[True]["pause_over_step"] < 10
+
+
+def test_fair_share_resumes_programs_with_a_call_before_silent_ones():
+    # clients that never release their programs: a finished program goes silent, its rate falls,
+    # and it must not be resumed ahead of programs that have a call waiting
+    from tsched.agentic.sim import simulate
+    from tsched.agentic.workload import PRESETS as WORKLOADS
+
+    w = WORKLOADS["swe"].with_load(concurrency=35, programs=105)
+    rate = {
+        policy: simulate(w, ENGINES["prefill-heavy"], replicas=2, capacity_tokens=59_000,
+                         policy=policy, seed=1, release_programs=False).metrics["steps_per_min"]
+        for policy in ("pass-through", "tsched")
+    }  # fmt: skip
+    assert rate["tsched"] > 1.1 * rate["pass-through"]

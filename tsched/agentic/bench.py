@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tsched.agentic.engine import EngineProfile
 from tsched.agentic.sim import metrics_of, step_record
 from tsched.agentic.workload import AgenticWorkload, ProgramSpec, program_specs
 from tsched.errors import InputError
@@ -70,12 +71,15 @@ async def run_bench(
     programs: Sequence[ProgramSpec] | None = None,
     warmup: float = 0.0,
     text_seed: int | None = None,
+    profile: EngineProfile | None = None,
 ) -> BenchResult:
     """Run ``workload`` against ``target`` (base URL); see the module docstring.
 
     ``duration`` stops starting calls after that many seconds (calls in flight finish);
     ``warmup`` seconds at the start are left out of the metrics.
     ``sample`` (optional) returns the KV imbalance across replicas now; it is polled every second.
+    ``profile`` (the engines' timing, optional) prices each program's time alone, for its
+    slowdown (:func:`~tsched.agentic.sim.metrics_of`).
     ``text_seed`` (default ``seed``) picks the prompts' words: runs of the same programs with
     different words share no cached prefix on engines that outlive one run.
     """
@@ -212,7 +216,8 @@ async def run_bench(
     window = window_end[0] if window_end[0] != math.inf else end
     if duration is not None:
         window = min(window, duration)
-    metrics = metrics_of(records, specs, started_at, ended_at, window, imbalance, warmup=warmup)
+    metrics = metrics_of(records, specs, started_at, ended_at, window, imbalance, warmup=warmup,
+                         profile=profile)  # fmt: skip
     for rec in records:
         rec["policy"] = target
         rec["seed"] = seed

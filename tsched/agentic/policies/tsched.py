@@ -94,10 +94,10 @@ class Tsched(ProgramLevel):
 
     # -- who resumes, who is paused ------------------------------------------------------------
     def resume_order(self, queued: Iterable[Program]) -> list[Program]:
-        """Fair share: the slowest progressing first; else queue order within a group. Never
-        overtaken."""
-        if self._fair():
-            return sorted(queued, key=lambda p: (self.rate(p), p.queue_seq))
+        """Fair share: the programs with a call waiting, slowest progressing first, then those
+        acting; else queue order within a group. Never overtaken."""
+        if self._fair():  # a program with a call waiting before one acting (or gone silent)
+            return sorted(queued, key=lambda p: (not p.pending, self.rate(p), p.queue_seq))
         return sorted(queued, key=lambda p: (resume_group(p), p.queue_seq))
 
     def pause_order(self, progs: Iterable[Program]) -> list[Program]:
