@@ -165,6 +165,7 @@ class ProgramScheduler:
             self.programs[program_id] = prog
         if prog.phase == "acting" and prog.steps > 0 and prog.inflight == 0:
             self._observe_tool(now - prog.acting_since)
+            prog.acted += now - prog.acting_since
         prog.last_seen = now
         prog.asked_at = now
         prog.phase = "reasoning"

@@ -39,6 +39,7 @@ class Program:
     asked_at: float = 0.0  # when its latest call arrived
     longest_pause: float = 0.0  # seconds, the longest one of its calls waited to be sent
     service: float = 0.0  # seconds its calls took, sent to answered (its attained service)
+    acted: float = 0.0  # seconds it spent acting (its tools), between its calls
 
 
 @dataclass(slots=True)
@@ -93,11 +94,12 @@ class SchedulerConfig:
         round-robin's p99, and first come first served through the gate no lower median.
     fair
         tsched, bounded regime: time-sliced fair share between programs. Each program's rate of
-        progress is its steps (plus one) per second since it joined; paused programs resume
-        slowest first, programs of an over-full replica are paused fastest first, and a program
-        whose call is answered after it has run its quantum gives way (is paused) when a paused
-        program progresses at under ``1 / rotation_ratio`` of its rate. Off: tsched as before
-        (queue order, smallest paused first).
+        progress is its steps (plus one) per second since it joined, its own tool time left
+        out; paused programs with a call waiting resume slowest first (then those acting),
+        programs of an over-full replica are paused fastest first, and a program whose call is
+        answered after it has run its quantum gives way (is paused) when a paused program
+        progresses at under ``1 / rotation_ratio`` of its rate. Off: tsched as before (queue
+        order, smallest paused first).
     rotation_overhead
         tsched fair share: the share of replica time rotation may cost; it sizes the quantum
         (:meth:`~tsched.agentic.policies.tsched.Tsched.quantum`): a rotation costs one

@@ -118,8 +118,11 @@ class Tsched(ProgramLevel):
 
     def rate(self, prog: Program) -> float:
         """A program's rate of progress: its steps, plus one so that one that has not run
-        yet still ages, per second since it joined."""
-        return (prog.steps + 1) / max(self.s.clock() - prog.joined, 1e-6)
+        yet still ages, per second it has wanted service since it joined (its own tool time
+        left out: a program with slow tools is not owed the time they take)."""
+        now = self.s.clock()
+        acting = now - prog.acting_since if prog.phase == "acting" and prog.steps else 0.0
+        return (prog.steps + 1) / max(now - prog.joined - prog.acted - acting, 1e-6)
 
     def quantum(self) -> int:
         """Steps a resumed program runs before it may give way. Each rotation costs a replica
