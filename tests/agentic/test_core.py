@@ -461,3 +461,20 @@ def test_fair_share_resumes_programs_with_a_call_before_silent_ones():
         for policy in ("pass-through", "tsched")
     }  # fmt: skip
     assert rate["tsched"] > 1.1 * rate["pass-through"]
+
+
+def test_a_call_waiting_past_the_pause_bound_is_served_first_and_within_its_quantum():
+    # room for one program; a has a long quantum, but once b's call has waited the bound (2 mean
+    # steps here) a gives way after its next step, and b resumes first
+    s, clock = sched("tsched", caps=(1000,), quantum_steps=50, pause_bound=2.0, idle_ttl=None)
+    s.request("a", 600)
+    clock.t = 1.0
+    s.response("a", 600, 0)  # mean step: 1 s
+    s.request("b", 600)  # waits from 1 s
+    for t in (2.0, 3.0):
+        clock.t = t
+        s.request("a", 600)
+        clock.t = t + 0.5
+        woken = s.response("a", 600, 0)
+    # at 3.5 s b has waited 2.5 s > 2 × ~1 s: a gives way although its quantum is far from run
+    assert woken == [("b", 0)] and s.programs["a"].state == "paused"

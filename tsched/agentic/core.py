@@ -148,6 +148,7 @@ class ProgramScheduler:
         self.gate: dict[str, Program] = {}  # calls held until their replica's KV has room
         self._prefix_seen = 0  # the system prompt every program shares (first calls' hits)
         self._call_time = 0.0  # EMA of seconds from sending a call to its answer
+        self._step_time = 0.0  # EMA of a call's latency, from asking to its answer
         self.rules = POLICY_CLASSES[policy](self)  # what the policy decides
 
     # ------------------------------------------------------------------ events
@@ -217,6 +218,8 @@ class ProgramScheduler:
             self.replicas[prog.replica].pushed_tokens += max(prompt_tokens - cached_tokens, 0)
         if prog.inflight > 0:  # its call was sent: the seconds since count as its service
             prog.service += now - prog.sent_at
+            step = now - prog.asked_at  # the call's latency, its wait included
+            self._step_time = step if self._step_time == 0 else 0.95 * self._step_time + 0.05 * step
         self._call_ended(prog, now)
         if prog.steps > 0:
             growth = max(int(prompt_tokens) - prog.known, 0)

@@ -110,6 +110,12 @@ class SchedulerConfig:
     rotation_ratio
         tsched fair share: how much faster than the slowest paused program a program must be
         progressing to give way to it (2: twice as fast).
+    pause_bound
+        tsched fair share's starvation bound: a paused program whose call has waited this many
+        mean steps (a call's latency, from asking to its answer, averaged as the calls come) is
+        resumed first, and an active program gives way for it after one step, whatever its
+        quantum. 9.5 keeps every measured pause within 10 mean steps (the estimate lags); None:
+        no bound.
     """
 
     tick_seconds: float = 5.0
@@ -125,3 +131,4 @@ class SchedulerConfig:
     rotation_overhead: float = 0.2
     quantum_steps: int | None = None
     rotation_ratio: float = 2.0
+    pause_bound: float | None = 9.5

@@ -125,6 +125,9 @@ def _fair_args(p: Any) -> None:
     p.add_argument("--quantum-steps", type=integer(1), default=None,
                    help="tsched fair share: steps a resumed program runs before it may give "
                    "way (default: sized from the engine profile)")  # fmt: skip
+    p.add_argument("--pause-bound", type=number(minimum=0.0), default=9.5,
+                   help="tsched fair share: a call waiting this many mean steps goes first and "
+                   "active programs give way for it (0: no bound; default 9.5)")  # fmt: skip
     p.add_argument("--rotation-ratio", type=number(minimum=1.0), default=2.0,
                    help="tsched fair share: a program gives way to a paused one progressing "
                    "this many times slower (default 2)")  # fmt: skip
@@ -135,7 +138,7 @@ def _fair_config(args: argparse.Namespace, **extra: Any) -> Any:
 
     return SchedulerConfig(fair=not args.no_fair_share, rotation_overhead=args.rotation_overhead,
                            quantum_steps=args.quantum_steps, rotation_ratio=args.rotation_ratio,
-                           **extra)  # fmt: skip
+                           pause_bound=args.pause_bound or None, **extra)  # fmt: skip
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -97,7 +97,8 @@ class Tsched(ProgramLevel):
         """Fair share: the programs with a call waiting, slowest progressing first, then those
         acting; else queue order within a group. Never overtaken."""
         if self._fair():  # a program with a call waiting before one acting (or gone silent)
-            return sorted(queued, key=lambda p: (not p.pending, self.rate(p), p.queue_seq))
+            return sorted(queued, key=lambda p: (not p.pending, not self.overdue(p),
+                                                 self.rate(p), p.queue_seq))
         return sorted(queued, key=lambda p: (resume_group(p), p.queue_seq))
 
     def pause_order(self, progs: Iterable[Program]) -> list[Program]:
@@ -111,8 +112,12 @@ class Tsched(ProgramLevel):
         paused program progresses at under ``1 / rotation_ratio`` of its rate."""
         s = self.s
         if (not self._fair() or not s.queue or prog.inflight or prog.pending
-                or prog.state != "active" or prog.steps - prog.resumed_steps < self.quantum()):
+                or prog.state != "active"):
             return False  # fmt: skip
+        if any(self.overdue(p) for p in s.queue.values()):
+            return prog.steps > prog.resumed_steps  # a starving program: one step is enough
+        if prog.steps - prog.resumed_steps < self.quantum():
+            return False
         slowest = min(self.rate(p) for p in s.queue.values())
         return self.rate(prog) >= s.config.rotation_ratio * slowest
 
@@ -141,6 +146,15 @@ class Tsched(ProgramLevel):
         step = prof.prefill_seconds(int(s._growth)) + s._output * prof.decode_seconds(0.5)
         cost = prof.recompute_seconds(int(context))
         return max(1, math.ceil(cost / (s.config.rotation_overhead * max(step, 1e-9))))
+
+    def overdue(self, prog: Program) -> bool:
+        """Fair share's starvation bound: a paused program whose call has waited
+        ``pause_bound`` times the mean step (a call's latency) or longer."""
+        s = self.s
+        bound = s.config.pause_bound
+        if bound is None or not prog.pending or s._step_time <= 0:
+            return False
+        return s.clock() - prog.asked_at >= bound * s._step_time
 
     def _fair(self) -> bool:
         return self.s.config.fair and self.s.regime != "open"
