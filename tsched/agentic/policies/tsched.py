@@ -94,8 +94,9 @@ class Tsched(ProgramLevel):
 
     # -- who resumes, who is paused ------------------------------------------------------------
     def resume_order(self, queued: Iterable[Program]) -> list[Program]:
-        """Fair share: the programs with a call waiting, slowest progressing first, then those
-        acting; else queue order within a group. Never overtaken."""
+        """Fair share: the programs with a call waiting (those past the starvation bound
+        first, then the slowest progressing), then those acting; else queue order within a
+        group. Never overtaken."""
         if self._fair():  # a program with a call waiting before one acting (or gone silent)
             return sorted(queued, key=lambda p: (not p.pending, not self.overdue(p),
                                                  self.rate(p), p.queue_seq))
