@@ -32,7 +32,7 @@ import numpy as np
 
 from tsched.cluster import Cluster
 from tsched.defrag.heuristic import bound_and_plan
-from tsched.defrag.model import Counts, place
+from tsched.defrag.model import counts_from, place, realise
 
 __all__ = ["CONSOLIDATE", "Running", "Consolidation", "kai_consolidate", "tsched_consolidate"]
 
@@ -59,48 +59,16 @@ class Consolidation:
     cost: float
 
 
-def _counts(
-    cluster: Cluster, free: np.ndarray, running: Sequence[Running], restart: float
-) -> Counts:
-    """The replay's state by GPUs per node (the defragmentation model's view); GPUs neither
-    free nor held by a listed job count as busy."""
-    size = cluster.gpus_per_node.astype(np.int64)
-    held = []
-    taken = np.zeros(len(size), dtype=np.int64)
-    for r in running:
-        nodes, c = np.unique(cluster.gpu_node[r.gpus], return_counts=True)
-        held.append({int(n): int(x) for n, x in zip(nodes, c, strict=True)})
-        taken[nodes] += c
-    busy = size - np.bincount(cluster.gpu_node[free], minlength=len(size)) - taken
-    return Counts(size=size, busy=busy, held=held,
-                  jobs=np.array([len(r.gpus) for r in running], dtype=np.int64),
-                  weight=np.array([len(r.gpus) * restart for r in running], dtype=float),
-                  movable=np.array([r.movable for r in running], dtype=bool))  # fmt: skip
-
-
-def _assign(
+def _plan(
     cluster: Cluster, free: np.ndarray, running: Sequence[Running], target: dict[int, int],
-    moved: dict[int, dict[int, int]],
+    moved: dict[int, dict[int, int]], cost: float,
 ) -> Consolidation:  # fmt: skip
-    """GPU indices for a plan by counts (``moved`` keyed by position in ``running``): from the
-    GPUs free once the moved jobs have left, lowest first, the head job first."""
-    pool = free.copy()
-    for k in moved:
-        pool[running[k].gpus] = True
-    spare = {int(n): list(np.flatnonzero(pool[cluster.node_offset[n]:cluster.node_offset[n + 1]])
-                         + int(cluster.node_offset[n]))
-             for n in set(target) | {m for w in moved.values() for m in w}}  # fmt: skip
-
-    def take(node: int, c: int) -> list[int]:
-        got, spare[node] = spare[node][:c], spare[node][c:]
-        assert len(got) == c, f"node {node}: {c} GPUs asked, {len(got)} free"
-        return got
-
-    gpus = np.array([g for n, c in sorted(target.items()) for g in take(n, c)], dtype=np.int64)
-    moves = {running[k].index: np.array([g for n, c in sorted(w.items()) for g in take(n, c)],
-                                        dtype=np.int64)
-             for k, w in sorted(moved.items())}  # fmt: skip
-    return Consolidation(gpus, moves, 0.0)
+    """A counts-level plan (``moved`` keyed by position in ``running``) as GPU indices
+    (:func:`tsched.defrag.model.realise`), the moved jobs keyed by their replay index."""
+    gpus, moves = realise(cluster, free, [r.gpus for r in running], target, moved)
+    return Consolidation(np.array(gpus, dtype=np.int64),
+                         {running[k].index: np.array(g, dtype=np.int64) for k, g in moves.items()},
+                         cost)  # fmt: skip
 
 
 def tsched_consolidate(
@@ -116,12 +84,13 @@ def tsched_consolidate(
     now, if they cost less than ``worth`` GPU-seconds; None otherwise."""
     if admission != "compact" or int(free.sum()) < need:
         return None  # moving jobs frees no GPU
-    counts = _counts(cluster, free, running, restart)
+    counts = counts_from(cluster, free, [r.gpus for r in running],
+                         [len(r.gpus) * restart for r in running],
+                         [r.movable for r in running])  # fmt: skip
     found = bound_and_plan(counts, need, admission, tries=50)
     if found.target is None or found.cost >= worth or not found.moved:
         return None
-    got = _assign(cluster, free, running, found.target, found.moved)
-    return Consolidation(got.target, got.moves, found.cost)
+    return _plan(cluster, free, running, found.target, found.moved, found.cost)
 
 
 def kai_consolidate(
@@ -142,11 +111,11 @@ def kai_consolidate(
     victims = sorted((r for r in running if r.movable), key=lambda r: (-r.victim_order, -r.index))
     victims = victims[:max_victims]
     taken: list[Running] = []
+    freed = per_node.copy()  # free now, with the victims taken so far gone
     for victim in victims:
         taken.append(victim)
-        room = per_node.copy()
-        for r in taken:
-            room += np.bincount(cluster.gpu_node[r.gpus], minlength=len(size))
+        freed += np.bincount(cluster.gpu_node[victim.gpus], minlength=len(size))
+        room = freed.copy()
         target = place(need, room, size, admission)
         if target is None:
             continue
@@ -162,8 +131,7 @@ def kai_consolidate(
             moved[r.index] = got
         else:
             by_index = {r.index: k for k, r in enumerate(running)}
-            got = _assign(cluster, free, running, target,
-                          {by_index[i]: w for i, w in moved.items()})  # fmt: skip
             cost = float(sum(len(r.gpus) * restart for r in taken))
-            return Consolidation(got.target, got.moves, cost)
+            return _plan(cluster, free, running, target,
+                         {by_index[i]: w for i, w in moved.items()}, cost)  # fmt: skip
     return None

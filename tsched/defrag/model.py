@@ -12,10 +12,12 @@ nodes and at most one node partly. ``any``: any free GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tsched.cluster import Cluster
 from tsched.errors import InputError
 from tsched.formats.running_csv import RunningState
 
@@ -65,20 +67,37 @@ class Counts:
 
 
 def counts_of(state: RunningState) -> Counts:
-    cl = state.cluster
-    size = cl.gpus_per_node.astype(np.int64)
-    busy = np.bincount(cl.gpu_node[~cl.free_mask()], minlength=len(size)).astype(np.int64)
+    """The counts of a running-jobs state (:func:`counts_from` on its free GPUs)."""
+    return counts_from(state.cluster, state.free_mask(), [list(j.gpus) for j in state.jobs],
+                       [j.weight for j in state.jobs], [j.movable for j in state.jobs])  # fmt: skip
+
+
+def counts_from(
+    cluster: Cluster,
+    free: np.ndarray,
+    job_gpus: Sequence[Sequence[int]],
+    weight: Sequence[float],
+    movable: Sequence[bool],
+) -> Counts:
+    """The model's view by GPUs per node: ``free`` (a mask over the cluster's GPUs) is what no
+    job holds; each running job holds ``job_gpus[k]`` and costs ``weight[k]`` to move; a GPU
+    neither free nor held by a listed job is busy."""
+    size = cluster.gpus_per_node.astype(np.int64)
     held = []
-    for job in state.jobs:
-        nodes, c = np.unique(cl.gpu_node[list(job.gpus)], return_counts=True)
+    taken = np.zeros(len(size), dtype=np.int64)
+    for gpus in job_gpus:
+        nodes, c = np.unique(cluster.gpu_node[np.asarray(gpus, dtype=np.int64)],
+                             return_counts=True)  # fmt: skip
         held.append({int(n): int(x) for n, x in zip(nodes, c, strict=True)})
+        taken[nodes] += c
+    busy = size - np.bincount(cluster.gpu_node[free], minlength=len(size)) - taken
     return Counts(
         size=size,
-        busy=busy,
+        busy=busy.astype(np.int64),
         held=held,
-        jobs=np.array([len(j.gpus) for j in state.jobs], dtype=np.int64),
-        weight=np.array([j.weight for j in state.jobs], dtype=float),
-        movable=np.array([j.movable for j in state.jobs], dtype=bool),
+        jobs=np.array([len(g) for g in job_gpus], dtype=np.int64),
+        weight=np.array(weight, dtype=float),
+        movable=np.array(movable, dtype=bool),
     )
 
 
@@ -135,20 +154,23 @@ def place(n: int, free: np.ndarray, size: np.ndarray, admission: str) -> dict[in
 
 
 def realise(
-    state: RunningState, counts: Counts, target: dict[int, int], moved: dict[int, dict[int, int]]
+    cluster: Cluster,
+    free: np.ndarray,
+    job_gpus: Sequence[Sequence[int]],
+    target: dict[int, int],
+    moved: dict[int, dict[int, int]],
 ) -> tuple[list[int], dict[int, list[int]]]:
     """GPU indices for a counts-level plan: the waiting job's (``target``: node → GPUs) and each
-    moved job's new GPUs (``moved``: job → node → GPUs), taken from the GPUs free once the moved
-    jobs have left, lowest index first, the waiting job first."""
-    cl = state.cluster
-    owner = state.held()
-    free = cl.free_mask() & (owner < 0)
+    moved job's new GPUs (``moved``: job → node → GPUs, the job by its position in
+    ``job_gpus``), taken from the GPUs free (``free``, a mask) once the moved jobs have left,
+    lowest index first, the waiting job first."""
+    pool_mask = free.copy()
     for k in moved:
-        free[list(state.jobs[k].gpus)] = True
-    pool = {int(n): list(range(int(cl.node_offset[n]), int(cl.node_offset[n + 1])))
-            for n in set(target) | {m for w in moved.values() for m in w}}  # fmt: skip
-    for node, gpus in pool.items():
-        pool[node] = [g for g in gpus if free[g]]
+        pool_mask[np.asarray(job_gpus[k], dtype=np.int64)] = True
+    pool = {}
+    for n in set(target) | {m for w in moved.values() for m in w}:
+        lo, hi = int(cluster.node_offset[n]), int(cluster.node_offset[n + 1])
+        pool[int(n)] = [g for g in range(lo, hi) if pool_mask[g]]
 
     def take(node: int, c: int) -> list[int]:
         got, pool[node] = pool[node][:c], pool[node][c:]

@@ -237,7 +237,8 @@ def _plan(running, counts, gpus, admission, status, target, moved, cost, bound, 
         return DefragPlan(cl.name, gpus, admission, status, None, finite, None, method, wall,
                           message=message or "no plan found in the time limit",
                           source=running.source)  # fmt: skip
-    got, new = realise(running, counts, target, moved)
+    got, new = realise(running.cluster, running.free_mask(), [list(j.gpus) for j in running.jobs],
+                       target, moved)  # fmt: skip
     moves = tuple(
         Move(running.jobs[k].name, tuple(where(g) for g in running.jobs[k].gpus),
              tuple(where(g) for g in new[k]), float(counts.weight[k]))
