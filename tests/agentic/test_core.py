@@ -95,8 +95,8 @@ def test_thunderagent_resume_order_groups_then_smallest_and_worst_fit_placement(
     run_call(s, "w", 90)  # fits replica 0's 100 tokens
     run_call(s, "a", 40)  # fits replica 1's 50
     assert s.request("n", 80) == []  # a new program: no room, queued (group 1)
-    s._pause(s.programs["w"], 0.0)
-    s._pause(s.programs["a"], 0.0)  # acting in the queue (group 2)
+    s.pause(s.programs["w"], 0.0)
+    s.pause(s.programs["a"], 0.0)  # acting in the queue (group 2)
     assert s.request("w", 95) == []  # paused with a waiting call (group 0)
     assert list(s.queue) == ["n", "w", "a"]
     # room: 100 + 50 = 150. Kept in group order while they fit the total: w (95), not n (80 >
@@ -165,7 +165,7 @@ def test_abort_returns_a_program_to_acting_so_it_cannot_stay_reasoning():
     s.request("y", 500)
     assert s.abort("y", sent=False) == [] and "y" not in s.programs and not s.queue
     run_call(s, "z", 50)
-    s._pause(s.programs["z"], 0.0)
+    s.pause(s.programs["z"], 0.0)
     assert s.request("z", 600) == []
     s.abort("z", sent=False)
     assert s.programs["z"].pending == 0 and s.programs["z"].phase == "acting"
@@ -188,7 +188,7 @@ def test_tsched_resumes_a_program_on_its_warm_former_replica():
     home = s.programs["a"].replica
     run_call(s, "b", 900)  # lands on the other replica (least used)
     assert s.programs["b"].replica != home
-    s._pause(s.programs["a"], 0.0)
+    s.pause(s.programs["a"], 0.0)
     assert s.request("a", 450) == [("a", home)]  # not the emptier one: its cache is there
     assert s.stats["warm_resumes"] == 1
 
@@ -262,7 +262,7 @@ def test_call_gate_counts_the_shared_prompt_once_and_moves_calls_to_a_replica_wi
     s, clock = open_sched(caps=(5000,))
     assert s.request("p", 3000) == [("p", 0)]
     s.response("p", 3000, 0, cached_tokens=1000)  # a first call hits only the system prompt
-    assert s._prefix_seen == 1000
+    assert s.prefix_seen == 1000
     assert s.request("p", 3000) == [("p", 0)]
     # 3,000 more beside p take 2,000 tokens of KV: the system prompt is there once
     assert s.request("q", 3000) == [("q", 0)]

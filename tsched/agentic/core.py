@@ -46,10 +46,12 @@ here do:
     its recompute would stall is paused; a program idle longer than ``idle_ttl`` is released; a
     failed or abandoned call returns the program to acting, so nothing stays reasoning forever;
     and a cost model from the engine profile chooses between the bounded regime (contexts within
-    capacity) and the open one (every program admitted) — see :meth:`_choose_regime`. In the open
-    regime a call gate holds calls that no replica's KV has room for, and sends them smallest
-    first with overtaking bounded by one call time — see :meth:`_drain_gate`. Counting the shared
-    system prompt once against programs is an option (``count_shared_once``), off by default.
+    capacity) and the open one (every program admitted) — see
+    :meth:`tsched.agentic.policies.tsched.Tsched._choose_regime`. In the open regime a call gate
+    holds calls that no replica's KV has room for, and sends them smallest first with
+    overtaking bounded by one call time — see
+    :meth:`tsched.agentic.policies.tsched.Tsched.drain_gate`. Counting the shared system prompt
+    once against programs is an option (``count_shared_once``), off by default.
 """
 
 from __future__ import annotations
@@ -136,19 +138,19 @@ class ProgramScheduler:
         self.programs: dict[str, Program] = {}
         self.queue: dict[str, Program] = {}  # insertion order = queue order
         self._seq = 0
-        self._tool_samples: list[float] = []
+        self.tool_samples: list[float] = []
         self.stats = {"pauses": 0, "resumes": 0, "marks": 0, "forced_resumes": 0,
                       "ttl_releases": 0, "warm_resumes": 0, "migrations": 0,
                       "held_calls": 0}  # fmt: skip
         self.profile = profile
         self.overcommit = 1.0  # tsched: inf in the open regime
         self.regime = "bounded"  # pauses nobody while every context fits
-        self._growth = 0.0  # EMA of new prompt tokens per call (tsched's cost model)
-        self._output = 0.0  # EMA of answer tokens per call
+        self.growth = 0.0  # EMA of new prompt tokens per call (tsched's cost model)
+        self.output = 0.0  # EMA of answer tokens per call
         self.gate: dict[str, Program] = {}  # calls held until their replica's KV has room
-        self._prefix_seen = 0  # the system prompt every program shares (first calls' hits)
-        self._call_time = 0.0  # EMA of seconds from sending a call to its answer
-        self._step_time = 0.0  # EMA of a call's latency, from asking to its answer
+        self.prefix_seen = 0  # the system prompt every program shares (first calls' hits)
+        self.call_time = 0.0  # EMA of seconds from sending a call to its answer
+        self.step_time = 0.0  # EMA of a call's latency, from asking to its answer
         self.rules = POLICY_CLASSES[policy](self)  # what the policy decides
 
     # ------------------------------------------------------------------ events
@@ -179,24 +181,24 @@ class ProgramScheduler:
                 prog.pending += 1
                 self._enqueue(prog, now)
                 return self.rules.on_wait()
-            self._bind(prog, replica)
+            self.bind(prog, replica)
         if prog.state == "paused":
             prog.pending += 1
             return self.rules.on_wait()
         assert prog.replica is not None
         if not self.replicas[prog.replica].up:  # its replica failed: queue and go elsewhere
-            self._unbind(prog)
+            self.unbind(prog)
             prog.origin = None
             prog.pending += 1
             self._enqueue(prog, now)
-            return self._resume_now()
+            return self.resume_now()
         prog.pending += 1
         if self.regime == "open":  # bounded-load affinity: stay unless 2 calls above the least
             least = min((i for i, r in enumerate(self.replicas) if r.up),
                         key=lambda i: self.replicas[i].inflight)  # fmt: skip
             if self.replicas[prog.replica].inflight > self.replicas[least].inflight + 1:
-                self._unbind(prog)
-                self._bind(prog, least)
+                self.unbind(prog)
+                self.bind(prog, least)
             if self.config.call_gate:
                 prog.gated_at = now
                 self.gate[prog.id] = prog
@@ -204,7 +206,7 @@ class ProgramScheduler:
                 if prog.id in self.gate:
                     self.stats["held_calls"] += 1
                 return woken
-        return self._dispatch(prog)
+        return self.dispatch(prog)
 
     def response(
         self, program_id: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
@@ -219,21 +221,21 @@ class ProgramScheduler:
         if prog.inflight > 0:  # its call was sent: the seconds since count as its service
             prog.service += now - prog.sent_at
             step = now - prog.asked_at  # the call's latency, its wait included
-            self._step_time = step if self._step_time == 0 else 0.95 * self._step_time + 0.05 * step
+            self.step_time = step if self.step_time == 0 else 0.95 * self.step_time + 0.05 * step
         self._call_ended(prog, now)
         if prog.steps > 0:
             growth = max(int(prompt_tokens) - prog.known, 0)
-            self._growth = growth if self._growth == 0 else 0.9 * self._growth + 0.1 * growth
+            self.growth = growth if self.growth == 0 else 0.9 * self.growth + 0.1 * growth
         out = int(completion_tokens)
-        self._output = out if self._output == 0 else 0.9 * self._output + 0.1 * out
+        self.output = out if self.output == 0 else 0.9 * self.output + 0.1 * out
         prog.tokens = prog.known = int(prompt_tokens) + int(completion_tokens)
         prog.steps += 1
         self.rules.on_response(prog, now, int(cached_tokens))
         if prog.marked and prog.inflight == 0:
-            self._pause(prog, now)
+            self.pause(prog, now)
         elif self.rules.gives_way(prog, now):
             self.stats["rotations"] = self.stats.get("rotations", 0) + 1
-            self._pause(prog, now)
+            self.pause(prog, now)
         return self._after_free()
 
     def abort(self, program_id: str, *, sent: bool = True) -> Wakeups:
@@ -257,7 +259,7 @@ class ProgramScheduler:
             return []
         self._call_ended(prog, now)
         if prog.marked and prog.inflight == 0:
-            self._pause(prog, now)
+            self.pause(prog, now)
         return self._after_free()
 
     def release(self, program_id: str) -> Wakeups:
@@ -267,7 +269,7 @@ class ProgramScheduler:
             return []
         if prog.replica is not None:
             self.replicas[prog.replica].inflight -= prog.inflight
-        self._unbind(prog)
+        self.unbind(prog)
         self.queue.pop(program_id, None)
         self.gate.pop(program_id, None)
         prog.state = "done"
@@ -285,7 +287,7 @@ class ProgramScheduler:
             prog.inflight = 0
             prog.sent_tokens = 0.0
             self.gate.pop(pid, None)
-            self._unbind(prog)
+            self.unbind(prog)
             prog.origin = None
             prog.marked = False
             if self.rules.program_level:
@@ -326,7 +328,7 @@ class ProgramScheduler:
     def shared_prefix(self) -> int:
         """Tokens of the system prompt every program shares, counted once per replica against
         the programs there (``count_shared_once``; 0 otherwise)."""
-        return self._prefix_seen if self.config.count_shared_once else 0
+        return self.prefix_seen if self.config.count_shared_once else 0
 
     def inflight_tokens(self, replica: int) -> float:
         """Prompt + answer tokens of the calls in flight on ``replica`` (the call gate's count)."""
@@ -380,18 +382,18 @@ class ProgramScheduler:
             return []
         replica = self.rules.route(prog, ups)
         if prog.replica != replica:
-            self._unbind(prog)
-            self._bind(prog, replica)
-        return self._dispatch(prog)
+            self.unbind(prog)
+            self.bind(prog, replica)
+        return self.dispatch(prog)
 
-    def _dispatch(self, prog: Program) -> Wakeups:
+    def dispatch(self, prog: Program) -> Wakeups:
         """Send ``prog``'s waiting calls to its replica."""
         assert prog.replica is not None and prog.pending > 0
         prog.inflight += prog.pending
         self.replicas[prog.replica].inflight += prog.pending
         prog.sent_at = self.clock()
         prog.longest_pause = max(prog.longest_pause, prog.sent_at - prog.asked_at)
-        prog.sent_tokens += (prog.tokens + self._output) * prog.pending
+        prog.sent_tokens += (prog.tokens + self.output) * prog.pending
         prog.pending = 0
         return [(prog.id, prog.replica)]
 
@@ -406,14 +408,14 @@ class ProgramScheduler:
             prog.acting_since = now
         prog.last_seen = now
 
-    def _bind(self, prog: Program, replica: int) -> None:
+    def bind(self, prog: Program, replica: int) -> None:
         prog.replica = replica
         prog.resumed_steps = prog.steps
         prog.state = "active"
         self.replicas[replica].programs[prog.id] = None
         self.rules.on_bind(prog, replica)
 
-    def _unbind(self, prog: Program) -> None:
+    def unbind(self, prog: Program) -> None:
         if prog.replica is not None:
             rep = self.replicas[prog.replica]
             rep.programs.pop(prog.id, None)
@@ -428,16 +430,16 @@ class ProgramScheduler:
         prog.queue_seq = self._seq
         self.queue[prog.id] = prog
 
-    def _pause(self, prog: Program, now: float) -> None:
+    def pause(self, prog: Program, now: float) -> None:
         self.stats["pauses"] += 1
         prog.marked = False
-        self._unbind(prog)
+        self.unbind(prog)
         self._enqueue(prog, now)
 
     def _observe_tool(self, seconds: float) -> None:
-        self._tool_samples.append(max(seconds, 0.0))
-        if len(self._tool_samples) > 512:
-            del self._tool_samples[:256]
+        self.tool_samples.append(max(seconds, 0.0))
+        if len(self.tool_samples) > 512:
+            del self.tool_samples[:256]
 
     def _admit_new(self, prog: Program) -> int | None:
         if self.queue:  # new programs never overtake queued ones
@@ -456,10 +458,10 @@ class ProgramScheduler:
     def _after_free(self) -> Wakeups:
         return self.rules.after_free()
 
-    def _resume_now(self) -> Wakeups:
-        return self._resume(self.clock()) if self.queue else []
+    def resume_now(self) -> Wakeups:
+        return self.resume(self.clock()) if self.queue else []
 
-    def _forced_resumes(self, now: float) -> Wakeups:
+    def forced_resumes(self, now: float) -> Wakeups:
         woken: Wakeups = []
         for prog in list(self.queue.values()):
             if now - prog.queued_at < self.config.resume_timeout:
@@ -475,7 +477,7 @@ class ProgramScheduler:
             woken += self._resume_one(prog, target)
         return woken
 
-    def _resume(self, now: float) -> Wakeups:
+    def resume(self, now: float) -> Wakeups:
         """Resume from the global queue: choose who fits in the total room, then place them."""
         if not self.queue:
             return []
@@ -513,10 +515,10 @@ class ProgramScheduler:
     def _resume_one(self, prog: Program, replica: int) -> Wakeups:
         self.queue.pop(prog.id, None)
         self.stats["resumes"] += 1
-        self._bind(prog, replica)
-        return self._dispatch(prog) if prog.pending else []
+        self.bind(prog, replica)
+        return self.dispatch(prog) if prog.pending else []
 
-    def _pause_over_capacity(self, now: float) -> None:
+    def pause_over_capacity(self, now: float) -> None:
         for i, rep in enumerate(self.replicas):
             if not rep.up:
                 continue
@@ -534,7 +536,7 @@ class ProgramScheduler:
                     now - prog.acting_since, False
                 )
                 over -= self.config.buffer_tokens
-                self._pause(prog, now)
+                self.pause(prog, now)
             if over <= 0:
                 continue
             reasoning = self.rules.pause_order(

@@ -113,7 +113,7 @@ class ProgramLevel(Policy):
 
     def tick(self, now: float) -> Wakeups:
         s = self.s
-        woken = s._forced_resumes(now)
-        woken += s._resume(now)
-        s._pause_over_capacity(now)
+        woken = s.forced_resumes(now)
+        woken += s.resume(now)
+        s.pause_over_capacity(now)
         return woken

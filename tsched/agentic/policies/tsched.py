@@ -36,7 +36,7 @@ class Tsched(ProgramLevel):
 
     # -- events --------------------------------------------------------------------------------
     def on_wait(self) -> Wakeups:
-        return self.s._resume_now()
+        return self.s.resume_now()
 
     def on_response(self, prog: Program, now: float, cached: int) -> None:
         s = self.s
@@ -45,7 +45,7 @@ class Tsched(ProgramLevel):
             self._choose_regime()
         if prog.sent_at > 0.0:
             took = now - prog.sent_at
-            s._call_time = took if s._call_time == 0 else 0.9 * s._call_time + 0.1 * took
+            s.call_time = took if s.call_time == 0 else 0.9 * s.call_time + 0.1 * took
         if prog.steps == 1:
             self._learn_shared_prefix(int(cached))
 
@@ -54,7 +54,7 @@ class Tsched(ProgramLevel):
         self.s.stats["warm_resumes" if warm else "migrations"] += prog.origin is not None
 
     def after_free(self) -> Wakeups:
-        return self._drain_gate() + self.s._resume_now()
+        return self._drain_gate() + self.s.resume_now()
 
     def drain_gate(self) -> Wakeups:
         return self._drain_gate()
@@ -70,10 +70,10 @@ class Tsched(ProgramLevel):
                     woken += s.release(prog.id)
         self._choose_regime()
         self._pause_for_queue(now)
-        woken += s._forced_resumes(now)
+        woken += s.forced_resumes(now)
         woken += self._drain_gate()
-        woken += s._resume(now)
-        s._pause_over_capacity(now)
+        woken += s.resume(now)
+        s.pause_over_capacity(now)
         return woken
 
     # -- what programs count -------------------------------------------------------------------
@@ -85,11 +85,11 @@ class Tsched(ProgramLevel):
         answer seen per call (the answer alone while its call is in flight), so that filling
         capacity to the brim does not overflow as soon as the programs return."""
         s = self.s
-        return s._output if prog.inflight else s._growth + s._output
+        return s.output if prog.inflight else s.growth + s.output
 
     def need(self, prog: Program) -> float:
         s = self.s
-        ahead = s._output if prog.pending else s._growth + s._output
+        ahead = s.output if prog.pending else s.growth + s.output
         return max(prog.tokens - s.shared_prefix, 0) + ahead
 
     # -- who resumes, who is paused ------------------------------------------------------------
@@ -141,10 +141,10 @@ class Tsched(ProgramLevel):
         if s.config.quantum_steps is not None:
             return s.config.quantum_steps
         prof = s.profile
-        if prof is None or not s.programs or s._output <= 0:
+        if prof is None or not s.programs or s.output <= 0:
             return 4
         context = sum(p.tokens for p in s.programs.values()) / len(s.programs)
-        step = prof.prefill_seconds(int(s._growth)) + s._output * prof.decode_seconds(0.5)
+        step = prof.prefill_seconds(int(s.growth)) + s.output * prof.decode_seconds(0.5)
         cost = prof.recompute_seconds(int(context))
         return max(1, math.ceil(cost / (s.config.rotation_overhead * max(step, 1e-9))))
 
@@ -153,9 +153,9 @@ class Tsched(ProgramLevel):
         ``pause_bound`` times the mean step (a call's latency) or longer."""
         s = self.s
         bound = s.config.pause_bound
-        if bound is None or not prog.pending or s._step_time <= 0:
+        if bound is None or not prog.pending or s.step_time <= 0:
             return False
-        return s.clock() - prog.asked_at >= bound * s._step_time
+        return s.clock() - prog.asked_at >= bound * s.step_time
 
     def _fair(self) -> bool:
         return self.s.config.fair and self.s.regime != "open"
@@ -170,9 +170,9 @@ class Tsched(ProgramLevel):
         """E[T - t | T > t] over the tool times observed (None until 8 are known; infinite once
         the call has outlived every one observed: a program that went silent, say one whose
         client never releases it, is no better than gone)."""
-        if len(self.s._tool_samples) < 8:
+        if len(self.s.tool_samples) < 8:
             return None
-        longer = [x for x in self.s._tool_samples if x > elapsed]
+        longer = [x for x in self.s.tool_samples if x > elapsed]
         if not longer:
             return math.inf
         return sum(longer) / len(longer) - elapsed
@@ -184,11 +184,11 @@ class Tsched(ProgramLevel):
         if cached <= 0:
             self._cold_firsts += 1
             if self._cold_firsts >= 3:
-                self.s._prefix_seen = 0
+                self.s.prefix_seen = 0
         else:
             self._cold_firsts = 0
-            seen = self.s._prefix_seen
-            self.s._prefix_seen = cached if seen == 0 else min(seen, cached)
+            seen = self.s.prefix_seen
+            self.s.prefix_seen = cached if seen == 0 else min(seen, cached)
 
     def _predicted_rate(self, programs: float, context: float, miss: bool) -> float:
         """Steps per second of one replica running ``programs`` programs of ``context`` tokens,
@@ -197,13 +197,13 @@ class Tsched(ProgramLevel):
         serves (1 / engine seconds per call, decode passes shared by the calls in flight)."""
         prof = self.s.profile
         assert prof is not None
-        samples = self.s._tool_samples
+        samples = self.s.tool_samples
         tool = sum(samples) / len(samples) if samples else 1.0
-        out = max(self.s._output, 1.0)
+        out = max(self.s.output, 1.0)
         prefill = (
             prof.recompute_seconds(int(context))
             if miss
-            else prof.prefill_seconds(int(self.s._growth))
+            else prof.prefill_seconds(int(self.s.growth))
         )
         decode_call = out * prof.decode_seconds(0.5)
         demand = programs / (tool + prefill + decode_call)
@@ -229,7 +229,7 @@ class Tsched(ProgramLevel):
         if self.s.config.overcommit is not None or self.s.profile is None:
             return
         ups = [r for r in self.s.replicas if r.up]
-        if not self.s.programs or not ups or self.s._output <= 0:
+        if not self.s.programs or not ups or self.s.output <= 0:
             return
         per_replica = len(self.s.programs) / len(ups)
         context = sum(p.tokens for p in self.s.programs.values()) / len(self.s.programs)
@@ -279,7 +279,7 @@ class Tsched(ProgramLevel):
                 stall = self.s.profile.recompute_seconds(prog.tokens) * max(len(rep.programs), 1)
                 if residual > stall:
                     self.s.stats["long_tool_pauses"] = self.s.stats.get("long_tool_pauses", 0) + 1
-                    self.s._pause(prog, now)
+                    self.s.pause(prog, now)
 
     def _drain_gate(self) -> Wakeups:
         """tsched's call gate (open regime): send held calls while a replica has KV room for them.
@@ -297,13 +297,13 @@ class Tsched(ProgramLevel):
             return []
         now = self.s.clock()
         open_ = self.s.regime == "open"
-        prefix = self.s._prefix_seen
+        prefix = self.s.prefix_seen
         room = {}
         for i, rep in enumerate(self.s.replicas):
             if rep.up:
                 shared = max(rep.inflight - 1, 0) * prefix
                 room[i] = rep.capacity - self.s.inflight_tokens(i) + shared if open_ else math.inf
-        age = self.s._call_time if self.s._call_time > 0 else math.inf
+        age = self.s.call_time if self.s.call_time > 0 else math.inf
 
         def key(p: Program) -> tuple[bool, float]:
             waited = now - p.gated_at
@@ -311,7 +311,7 @@ class Tsched(ProgramLevel):
 
         def size(prog: Program, replica: int) -> float:  # the shared prefix once a replica
             shared = prefix if self.s.replicas[replica].inflight else 0
-            return prog.tokens + self.s._output - shared
+            return prog.tokens + self.s.output - shared
 
         woken: Wakeups = []
         for prog in sorted(self.s.gate.values(), key=key):
@@ -322,15 +322,15 @@ class Tsched(ProgramLevel):
             if room.get(target, -math.inf) < size(prog, target):
                 best = max(room, key=lambda i: (room[i], -i)) if room else None
                 if best is not None and room[best] >= size(prog, best):
-                    self.s._unbind(prog)
-                    self.s._bind(prog, best)
+                    self.s.unbind(prog)
+                    self.s.bind(prog, best)
                     target = best
                 elif not (self.s.replicas[target].up and self.s.replicas[target].inflight == 0):
                     break  # no overtaking past a call that fits nowhere
                 # else: larger than its idle replica's room alone; send it, the engine copes
             del self.s.gate[prog.id]
             room[target] = room.get(target, 0.0) - size(prog, target)
-            woken += self.s._dispatch(prog)
+            woken += self.s.dispatch(prog)
         return woken
 
     def _still_warm(self, prog: Program) -> bool:
