@@ -34,7 +34,12 @@ import numpy as np
 
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.base import Assignment, Count, Flag, SolverOutput, keep_better, register
-from tsched.solvers.node_model import HierarchicalView, assignment_from_nodes, prepare_exact
+from tsched.solvers.node_model import (
+    HierarchicalView,
+    assignment_from_nodes,
+    prepare_exact,
+    units_of,
+)
 
 __all__ = ["cpsat", "DEFAULT_TIME_LIMIT"]
 
@@ -166,10 +171,7 @@ def _solve_hierarchical(
 
     n = problem.n_workers
     n_nodes = len(view.nodes)
-    node_index = {int(k): i for i, k in enumerate(view.nodes)}
-    cl = problem.cluster
-    assert cl is not None
-    hint_nodes = np.array([node_index[int(cl.gpu_node[problem.locations[a]])] for a in hint])
+    hint_nodes = units_of(view, hint)
     classes: list[list[int]] = []
     if symmetry:
         hint_nodes, classes = _canonical_nodes(view, hint_nodes)

@@ -28,7 +28,12 @@ import numpy as np
 from tsched.errors import InputError, SolverError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.base import Assignment, Flag, SolverOutput, keep_better, register
-from tsched.solvers.node_model import HierarchicalView, assignment_from_nodes, prepare_exact
+from tsched.solvers.node_model import (
+    HierarchicalView,
+    assignment_from_nodes,
+    prepare_exact,
+    units_of,
+)
 
 __all__ = ["milp", "BACKENDS"]
 
@@ -174,10 +179,7 @@ def _hierarchical(
     import pulp
 
     n, n_nodes = problem.n_workers, len(view.nodes)
-    cl = problem.cluster
-    assert cl is not None
-    node_index = {int(k): i for i, k in enumerate(view.nodes)}
-    hint_nodes = np.array([node_index[int(cl.gpu_node[problem.locations[a]])] for a in hint])
+    hint_nodes = units_of(view, hint)
     prob = pulp.LpProblem("placement", pulp.LpMaximize)
     x = [[_var(prob, f"x_{w}_{k}", cat="Binary") for k in range(n_nodes)] for w in range(n)]
     for w in range(n):

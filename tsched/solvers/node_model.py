@@ -8,6 +8,11 @@ grow level by level, GPUs of a node are interchangeable and the objective depend
 
 with Δ_node = d_level1 − d_intra and Δ_ℓ = d_{ℓ+1} − d_ℓ ≥ 0. So a placement is "worker → node",
 and its cost is a constant minus the *savings* of the pairs that share domains.
+
+Symmetry: where the first levels cost what a node's own links do (an NVL72 rack: its trays'
+NVLink and the rack's NVLink switch both at 900 GB/s), every free GPU of such a domain is
+interchangeable with every other, so the model's unit is that domain, not the node: a rack of
+18 trays is one unit of up to 72 GPUs, and the model has the size of the racks, not the trays.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ __all__ = [
     "HierarchicalView",
     "hierarchical_view",
     "assignment_from_nodes",
+    "units_of",
     "ExactStart",
     "prepare_exact",
 ]
@@ -30,15 +36,20 @@ __all__ = [
 
 @dataclass(frozen=True)
 class HierarchicalView:
-    """Nodes with free GPUs, their domains, capacities, and per-level savings."""
+    """Model nodes (units) with free GPUs, their domains, capacities, and per-level savings.
 
-    nodes: np.ndarray  # cluster node index per model node
+    A unit is a cluster node, or a whole domain of the first ``merged`` levels when those cost
+    what the node's own links do (module docstring)."""
+
+    nodes: np.ndarray  # a cluster node index per model node (the first of its domain)
     capacity: np.ndarray  # free usable GPUs per model node
     groups: np.ndarray  # (model nodes, levels used) domain ids, relabelled 0..
     step: np.ndarray  # saving per unit traffic at each level: [node, level1, …]
     top: float  # distance at the top level (pairs that share nothing)
     pairs: np.ndarray  # (E, 2) worker pairs i < j with traffic
     weight: np.ndarray  # symmetrised traffic per pair (GB)
+    unit: np.ndarray  # model node of each usable location
+    merged: int = 0  # levels merged into a unit (0: units are nodes)
 
     @property
     def constant(self) -> float:
@@ -82,6 +93,20 @@ def hierarchical_view(problem: PlacementProblem) -> tuple[HierarchicalView | Non
         pairs = np.unique(groups[:, k - 1 : k + 1], axis=0)
         if len(np.unique(pairs[:, 0])) != len(pairs):
             return None, "hierarchy is not nested"
+    # levels that cost what a node's links do: their domains are the model's units
+    merged = 0
+    while merged < groups.shape[1] and abs(costs[merged + 1] - d_intra) <= 1e-12 * abs(d_intra):
+        merged += 1
+    live = nodes
+    if merged:
+        domain = groups[:, merged - 1]
+        keys, first, unit_of_node = np.unique(domain, return_index=True, return_inverse=True)
+        capacity = np.bincount(unit_of_node, weights=capacity).astype(np.int64)
+        nodes, groups = nodes[first], groups[first][:, merged:]
+        costs = [d_intra, *level_cost[merged:]]
+    else:
+        unit_of_node = np.arange(len(nodes))
+    unit = unit_of_node[np.searchsorted(live, node_of_loc)]
     relabelled = np.empty_like(groups)
     for k in range(groups.shape[1]):
         relabelled[:, k] = np.unique(groups[:, k], return_inverse=True)[1]
@@ -90,19 +115,29 @@ def hierarchical_view(problem: PlacementProblem) -> tuple[HierarchicalView | Non
     pairs = np.stack([sym.row[keep], sym.col[keep]], axis=1).astype(np.int64)
     weight = sym.data[keep].astype(float)
     step = np.diff(np.asarray(costs))[: groups.shape[1] + 1]
-    view = HierarchicalView(nodes, capacity, relabelled, step, costs[-1], pairs, weight)
+    view = HierarchicalView(
+        nodes, capacity, relabelled, step, costs[-1], pairs, weight, unit.astype(np.int64), merged
+    )
     return view, "ok"
 
 
 def assignment_from_nodes(
     problem: PlacementProblem, view: HierarchicalView, node_of_worker: np.ndarray
 ) -> np.ndarray:
-    """Location indices for a worker → model-node assignment (free GPUs of a node in order)."""
-    slots = {node: list(range(lo, hi)) for node, lo, hi, _ in problem.node_blocks()}
+    """Location indices for a worker → model-node assignment (free GPUs of a unit in order)."""
+    order = np.argsort(view.unit, kind="stable")
+    starts = np.searchsorted(view.unit[order], np.arange(len(view.capacity)))
+    taken = np.zeros(len(view.capacity), dtype=np.int64)
     out = np.empty(problem.n_workers, dtype=np.int64)
     for w, k in enumerate(node_of_worker):
-        out[w] = slots[int(view.nodes[k])].pop(0)
+        out[w] = order[starts[k] + taken[k]]
+        taken[k] += 1
     return out
+
+
+def units_of(view: HierarchicalView, assignment: np.ndarray) -> np.ndarray:
+    """The model node of each worker of a location assignment."""
+    return view.unit[np.asarray(assignment, dtype=np.int64)]
 
 
 @dataclass(frozen=True)

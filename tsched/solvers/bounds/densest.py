@@ -14,6 +14,7 @@ __all__ = [
     "DENSEST_WORK",
     "densest_weights",
     "heaviest_pairs",
+    "degree_ceiling",
     "KNAPSACK_WORK",
     "KNAPSACK_COMPILED",
 ]
@@ -129,7 +130,9 @@ KNAPSACK_WORK = 20_000_000
 KNAPSACK_COMPILED = 200_000
 
 
-def kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
+def kept_upper(
+    weights: np.ndarray, capacities: np.ndarray, n: int, ceiling: np.ndarray | None = None
+) -> float:
     """Most traffic that can stay inside domains of the given free capacities when ``n`` workers
     are spread over them: ``max Σ_d D[s_d]`` with ``Σ s_d = n`` and ``s_d ≤ cap_d`` (a knapsack
     over the domains). Sizes beyond ``len(weights) − 1`` use the density bound
@@ -139,11 +142,12 @@ def kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
     relaxation, which can only be larger: each domain's ``D`` is replaced by its upper concave
     envelope on ``[0, cap]`` and the n workers take the steepest envelope segments of all
     domains first (domains of one capacity share their segments). Grouped by capacity, that is
-    O(distinct capacities · cap log) at any cluster size."""
+    O(distinct capacities · cap log) at any cluster size. ``ceiling``: a cap on every ``D[s]``
+    (:func:`degree_ceiling`), for weights that bound densest subgraphs."""
     caps = np.minimum(np.asarray(capacities, dtype=np.int64), n)
     caps = caps[caps > 0]
     span = int(caps.max()) if len(caps) else 0
-    d = kept_table(weights, span)
+    d = kept_table(weights, span, ceiling)
     if len(caps) * span * n > KNAPSACK_WORK:
         return kept_upper_relaxed(d, caps, n)
     if len(caps) * span * n > KNAPSACK_COMPILED:
@@ -162,16 +166,45 @@ def kept_upper(weights: np.ndarray, capacities: np.ndarray, n: int) -> float:
     return float(best[n])
 
 
-def kept_table(weights: np.ndarray, span: int) -> np.ndarray:
+def kept_table(weights: np.ndarray, span: int, ceiling: np.ndarray | None = None) -> np.ndarray:
     """``D[s]`` for s = 0 … ``span``: the given weights (searched up to ``k = len − 1``) and the
-    density bound ``D[k]·s(s−1)/(k(k−1))`` beyond them."""
+    density bound ``D[k]·s(s−1)/(k(k−1))`` beyond them, each capped by ``ceiling`` where given
+    (:func:`degree_ceiling`: the density bound grows with s², sparse traffic only with s)."""
     k = len(weights) - 1
     d = np.empty(span + 1)
     d[: min(k, span) + 1] = weights[: min(k, span) + 1]
     if span > k:
         big = np.arange(k + 1, span + 1, dtype=float)
         d[k + 1 :] = weights[k] * big * (big - 1) / max(k * (k - 1), 1)
+    if ceiling is not None:
+        np.minimum(d, ceiling[: span + 1] if len(ceiling) > span else _extend(ceiling, span), out=d)
     return d
+
+
+def _extend(ceiling: np.ndarray, span: int) -> np.ndarray:
+    """A ceiling table continued with its last value (every worker already counted)."""
+    out = np.full(span + 1, ceiling[-1] if len(ceiling) else 0.0)
+    out[: len(ceiling)] = ceiling
+    return out
+
+
+def degree_ceiling(problem: PlacementProblem) -> np.ndarray:
+    """``C[s]`` for s = 0 … n: half the s largest weighted degrees of the symmetrised traffic.
+
+    Inside a set S every pair is counted from both of its ends, and a worker's pairs inside S
+    weigh at most its whole degree, so ``w(S) ≤ ½ Σ_{u∈S} deg(u) ≤ C[|S|]``. It grows linearly
+    with s, where the density bound grows with s²: for sparse traffic (rings, pipelines, serving
+    replicas) it is the tighter one for large domains — a ring's members keep at most the ring.
+    Cached; O(n log n)."""
+
+    def build() -> np.ndarray:
+        sym = problem.flow_symmetric()
+        degree = np.sort(np.asarray(sym.sum(axis=1)).ravel())[::-1]
+        out = np.zeros(problem.n_workers + 1)
+        out[1:] = 0.5 * np.cumsum(degree)
+        return out
+
+    return problem.cached("degree_ceiling", build)
 
 
 def kept_upper_relaxed(d: np.ndarray, caps: np.ndarray, n: int) -> float:

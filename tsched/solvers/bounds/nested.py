@@ -13,7 +13,7 @@ import numpy as np
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
-from tsched.solvers.bounds.densest import kept_table
+from tsched.solvers.bounds.densest import degree_ceiling, kept_table
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
 
@@ -66,7 +66,8 @@ def nested_bound(problem: PlacementProblem) -> float | None:
         if steps[k] <= 0:
             forms.append([(np.zeros(span + 1), 0.0)])
             continue
-        level = [(-np.minimum(kept_table(weights, span), total), total)]
+        ceiling = degree_ceiling(problem)
+        level = [(-np.minimum(kept_table(weights, span, ceiling), total), total)]
         if projection and projection[k][1] is not None:  # the form best for this level alone
             level.append(projection[k][1])
         forms.append(level)

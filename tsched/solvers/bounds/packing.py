@@ -11,7 +11,7 @@ import numpy as np
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
-from tsched.solvers.bounds.densest import heaviest_pairs, kept_upper
+from tsched.solvers.bounds.densest import degree_ceiling, heaviest_pairs, kept_upper
 from tsched.solvers.bounds.layout import layout_weights
 from tsched.solvers.bounds.projection import projection_cuts
 from tsched.solvers.bounds.spectral import spectral_cuts
@@ -105,7 +105,7 @@ def level_cuts(
         if steps[k] <= 0:
             out.append(0.0)
             continue
-        cut = max(total - kept_upper(weights, sizes, n), 0.0)
+        cut = max(total - kept_upper(weights, sizes, n, degree_ceiling(problem)), 0.0)
         if spectral:
             cut = max(cut, spectral[k])
         if projection:
