@@ -129,15 +129,36 @@ def nested_keys(problem: PlacementProblem) -> np.ndarray:
 
 
 def _nested_keys(problem: PlacementProblem) -> np.ndarray:
-    """:func:`nested_keys`, uncached."""
+    """:func:`nested_keys`, uncached. A level whose boundary saves nothing (crossing it costs
+    what staying inside does: an NVL72 rack's trays, leaves under spines of the same bandwidth)
+    is left out, so its domains' children are split among directly, by capacity."""
     _, cols = domain_columns(problem)  # [node, level1, …]
     m = problem.n_locations
     keys = [np.zeros(m, dtype=np.int64)]
+    flat = _flat_columns(problem, cols.shape[1])
     for k in range(cols.shape[1] - 1, -1, -1):
+        if k in flat:
+            continue
         pair = np.stack([keys[-1], cols[:, k].astype(np.int64)], axis=1)
         _, inv = np.unique(pair, axis=0, return_inverse=True)
         keys.append(inv.reshape(-1).astype(np.int64))
     return np.stack(keys, axis=1)
+
+
+def _flat_columns(problem: PlacementProblem, columns: int) -> set[int]:
+    """Columns of :func:`domain_columns` below the top whose boundary has no cost step: pairs
+    inside a domain pay what pairs in different domains of the next level up pay."""
+    cl = problem.cluster
+    if cl is None or not len(cl.levels):
+        return set()
+    level_cost = [float(c) for c in cl.link_seconds_per_gb[cl.level_link.astype(np.int64)]]
+    intra = np.unique(np.round(problem.intra_node_costs(), 15))
+    costs = [float(intra[0]) if len(intra) == 1 else -np.inf, *level_cost]
+    out = set()
+    for k in range(min(columns, len(costs)) - 1):
+        if abs(costs[k + 1] - costs[k]) <= 1e-12 * abs(costs[k + 1]):
+            out.add(k)
+    return out
 
 
 def _choose_children(
@@ -170,6 +191,34 @@ def _choose_children(
         sizes.append(take)
         left -= take
     return chosen, np.array(sizes)
+
+
+#: Most workers of a split for which even splits over one or two more children are tried too.
+WIDER_SPLIT_MAX = 2048
+
+
+def _wider_splits(
+    child: np.ndarray, groups: list[np.ndarray], sizes: np.ndarray, workers: np.ndarray
+) -> list[tuple[list[np.ndarray], np.ndarray]]:
+    """Alternatives to the fewest children filled by capacity: the same children filled evenly,
+    and (up to :data:`WIDER_SPLIT_MAX` workers) the k largest children filled evenly, for k from
+    as many children to two more — smaller parts can follow the job's own blocks (a pipeline
+    stage per rack)."""
+    n = len(workers)
+    out = []
+    even = _even_sizes(np.array([len(g) for g in groups]), n)
+    if not np.array_equal(even, sizes):
+        out.append((groups, even))
+    if n > WIDER_SPLIT_MAX or len(groups) < 2:
+        return out
+    _, inv, counts = np.unique(child, return_inverse=True, return_counts=True)
+    largest = np.argsort(-counts, kind="stable")
+    for k in range(len(groups), min(len(groups) + 3, len(counts) + 1)):
+        more = [np.flatnonzero(inv == c) for c in largest[:k]]
+        wider = _even_sizes(counts[largest[:k]], n)
+        if int(wider.sum()) == n and np.all(wider > 0):
+            out.append((more, wider))
+    return out
 
 
 def _even_sizes(caps: np.ndarray, n: int) -> np.ndarray:
@@ -218,11 +267,13 @@ def decompose(
             continue
         sub = graph[workers][:, workers]
         part, value, name = partition(sub, sizes, partitioner, seed)
-        even = _even_sizes(np.array([len(g) for g in groups]), len(workers))
-        if not np.array_equal(even, sizes):  # the same children, filled evenly: keep the
-            alt = partition(sub, even, partitioner, seed)  # smaller cut (whole pipeline
-            if alt[1] < value - 1e-9 * max(1.0, value):  # stages per rack beat full racks)
+        for groups_k, sizes_k in _wider_splits(keys[locs, depth + 1], groups, sizes, workers):
+            # the same children (or a few more) filled evenly: keep the smallest cut (whole
+            # pipeline stages per rack beat full racks)
+            alt = partition(sub, sizes_k, partitioner, seed)
+            if alt[1] < value - 1e-9 * max(1.0, value):
                 part, value, name = alt
+                groups = groups_k
         used[name] = used.get(name, 0) + 1
         cut_total += value
         for p, members in enumerate(groups):
