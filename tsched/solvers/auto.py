@@ -81,6 +81,10 @@ QUICK_CPSAT_WORKERS = 32
 #: that a quarter of the time, then the decomposition and tabu search, then the rest, do not
 #: (``benchmarks/results/known_optima.md``).
 CPSAT_ALONE_WORKERS = 16
+#: Largest exact model (workers × model units) that gets most of the time: after a short
+#: decomposition, CP-SAT runs from the better plan with the rest, and tabu search is skipped.
+#: On NVL72 racks (a rack is one unit) such models prove what tabu search cannot improve.
+UNIT_MODEL_CELLS = 4096
 #: Most traffic components planned one after another (more are planned together).
 COMPONENTS_MAX = 64
 
@@ -283,6 +287,8 @@ def _single(
         why += ", then the hierarchical CP-SAT model"
         return _choose(model, "cpsat", why, steps)
     exact = view is not None and n <= CPSAT_MAX_WORKERS
+    # a small exact model (few units: an NVL72 rack is one) is worth most of the time
+    compact = exact and view is not None and n * len(view.capacity) <= UNIT_MODEL_CELLS
     current, label = greedy, "greedy"
     if view is not None and n <= QUICK_CPSAT_WORKERS:
         # small enough that the hierarchical model usually proves the plan at once; up to
@@ -309,6 +315,8 @@ def _single(
     if problem.cluster is not None:
         left = limit - (time.perf_counter() - start)
         share = left / 2 if n > TABU_MAX_WORKERS else left / 3  # no tabu stage above the limit
+        if compact:
+            share = left / 4  # then CP-SAT, from the better plan, with the rest
         if n > TABU_MAX_WORKERS and share < constructed:
             # one decomposition costs about what greedy's construction did, and it cannot stop
             # midway: started with less time than that, it would overrun the budget
@@ -339,7 +347,10 @@ def _single(
     # improve the start by tabu search: all the time left, or a third of it before CP-SAT
     left = limit - (time.perf_counter() - start)
     share = left / 3 if exact else left
-    if left > 0.1 and problem.n_workers <= TABU_MAX_WORKERS:
+    if compact:
+        steps.add("improvement skipped (a small exact model takes the time)", "tabu", None,
+                  cells=n * len(view.capacity) if view is not None else 0)  # fmt: skip
+    elif left > 0.1 and problem.n_workers <= TABU_MAX_WORKERS:
         # a raw QAP: no hint, so tabu starts from the better of greedy and FAQ
         hint = {} if problem.cluster is None else {"hint": current.assignment}
         searched = get_solver("tabu").fn(problem, time_limit=share, seed=seed, options=hint)

@@ -16,7 +16,13 @@ are not complete, uniform or empty:
    traffic cut: by graph growing (the part takes the worker with the most traffic to it) or by
    METIS (``pymetis``, then rebalanced to the exact sizes); Kernighan–Lin exchanges refine
    either. With ``partitioner=best`` (the default) each candidate set is decomposed with both,
-   and the plan with the smaller objective wins.
+   and the plan with the smaller objective wins. The same children filled evenly are tried too
+   (the smaller cut stands). Up to :data:`WIDER_SPLIT_MAX` workers a *wide* decomposition runs
+   beside it: levels whose boundary costs nothing (an NVL72 rack's trays; leaves under spines
+   of the same bandwidth) leave the tree, so racks are chosen by capacity wherever they are,
+   and each split also tries the k largest children filled evenly (k up to two more than the
+   fewest), in whole heavy blocks (a TP group: :func:`heavy_atom`) and not — smaller parts can
+   follow the job's own blocks, such as a pipeline stage per rack.
 4. On a node, workers take its free GPUs in order; then a sparse local search over the whole
    problem tries, for every worker, exchanges and moves with each GPU of its own node and of
    the nodes its traffic partners use — the only moves that can lower its cost — until none
@@ -122,20 +128,22 @@ def partition(
 
 
 # ---------------------------------------------------------------------- the tree of domains
-def nested_keys(problem: PlacementProblem) -> np.ndarray:
+def nested_keys(problem: PlacementProblem, flatten: bool = False) -> np.ndarray:
     """(m, L + 2) domain ids per location, top first: [root, top level, …, node], each keyed by
-    its parent so the levels nest even when the cluster's do not (cached on the problem)."""
-    return problem.cached("nested_keys", lambda: _nested_keys(problem))
+    its parent so the levels nest even when the cluster's do not (cached on the problem).
+
+    With ``flatten``, a level whose boundary saves nothing (crossing it costs what staying
+    inside does: an NVL72 rack's trays, leaves under spines of the same bandwidth) is left out,
+    so its domains' children are split among directly, by capacity (fewer columns)."""
+    return problem.cached(("nested_keys", flatten), lambda: _nested_keys(problem, flatten))
 
 
-def _nested_keys(problem: PlacementProblem) -> np.ndarray:
-    """:func:`nested_keys`, uncached. A level whose boundary saves nothing (crossing it costs
-    what staying inside does: an NVL72 rack's trays, leaves under spines of the same bandwidth)
-    is left out, so its domains' children are split among directly, by capacity."""
+def _nested_keys(problem: PlacementProblem, flatten: bool) -> np.ndarray:
+    """:func:`nested_keys`, uncached."""
     _, cols = domain_columns(problem)  # [node, level1, …]
     m = problem.n_locations
     keys = [np.zeros(m, dtype=np.int64)]
-    flat = _flat_columns(problem, cols.shape[1])
+    flat = _flat_columns(problem, cols.shape[1]) if flatten else set()
     for k in range(cols.shape[1] - 1, -1, -1):
         if k in flat:
             continue
@@ -193,17 +201,17 @@ def _choose_children(
     return chosen, np.array(sizes)
 
 
-#: Most workers of a split for which even splits over one or two more children are tried too.
+#: Most workers of a job (and of a split) for which the wide decomposition is tried too.
 WIDER_SPLIT_MAX = 2048
 
 
 def _wider_splits(
-    child: np.ndarray, groups: list[np.ndarray], sizes: np.ndarray, workers: np.ndarray
+    child: np.ndarray, groups: list[np.ndarray], sizes: np.ndarray, workers: np.ndarray, atom: int
 ) -> list[tuple[list[np.ndarray], np.ndarray]]:
     """Alternatives to the fewest children filled by capacity: the same children filled evenly,
     and (up to :data:`WIDER_SPLIT_MAX` workers) the k largest children filled evenly, for k from
     as many children to two more — smaller parts can follow the job's own blocks (a pipeline
-    stage per rack)."""
+    stage per rack) — each also in whole heavy blocks of ``atom`` workers (:func:`heavy_atom`)."""
     n = len(workers)
     out = []
     even = _even_sizes(np.array([len(g) for g in groups]), n)
@@ -213,24 +221,48 @@ def _wider_splits(
         return out
     _, inv, counts = np.unique(child, return_inverse=True, return_counts=True)
     largest = np.argsort(-counts, kind="stable")
+    units = (1, atom) if atom > 1 and n % atom == 0 else (1,)
     for k in range(len(groups), min(len(groups) + 3, len(counts) + 1)):
         more = [np.flatnonzero(inv == c) for c in largest[:k]]
-        wider = _even_sizes(counts[largest[:k]], n)
-        if int(wider.sum()) == n and np.all(wider > 0):
-            out.append((more, wider))
+        for unit in units:
+            wider = _even_sizes(counts[largest[:k]], n, unit)
+            if int(wider.sum()) == n and np.all(wider > 0):
+                out.append((more, wider))
     return out
 
 
-def _even_sizes(caps: np.ndarray, n: int) -> np.ndarray:
+def heavy_atom(problem: PlacementProblem) -> int:
+    """The size of the job's heavy blocks (a TP group): the connected components of the pairs
+    that carry at least half the heaviest pair's traffic, when they all have one size (else 1).
+    Even splits in whole blocks keep them together (cached on the problem)."""
+
+    def build() -> int:
+        from scipy.sparse.csgraph import connected_components
+
+        graph = problem.flow_symmetric()
+        if graph.nnz == 0:
+            return 1
+        heavy = graph.multiply(graph >= 0.5 * graph.data.max()).tocsr()
+        heavy.eliminate_zeros()
+        _, label = connected_components(heavy, directed=False)
+        sizes = np.unique(np.bincount(label))
+        return int(sizes[0]) if len(sizes) == 1 and sizes[0] > 1 else 1
+
+    return problem.cached("heavy_atom", build)
+
+
+def _even_sizes(caps: np.ndarray, n: int, unit: int = 1) -> np.ndarray:
     """``n`` workers spread as evenly as the capacities allow over the same children (in
-    their order): the balanced split graph partitioners aim for."""
+    their order): the balanced split graph partitioners aim for; with ``unit`` > 1 (dividing
+    n) in whole blocks of that many workers. The sizes may sum to less than n where the
+    capacities (in whole blocks) do not hold it."""
     sizes = np.zeros(len(caps), dtype=np.int64)
-    left = n
+    left = n // unit
     for rank, i in enumerate(np.argsort(caps, kind="stable")):
         share = -(-left // (len(caps) - rank))  # ceil: the larger shares go to larger children
-        sizes[i] = min(int(caps[i]), share)
+        sizes[i] = min(int(caps[i]) // unit, share)
         left -= sizes[i]
-    return sizes
+    return sizes * unit
 
 
 def _nodes_needed(nodes: np.ndarray, n: int) -> int:
@@ -244,12 +276,16 @@ def decompose(
     partitioner: str,
     seed: int,
     locations: np.ndarray | None = None,
+    wide: bool = False,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The top-down assignment (steps 2-3 of the module docstring) onto ``locations`` (default:
-    all usable ones) and what it did."""
-    keys = nested_keys(problem)
+    all usable ones) and what it did. ``wide``: levels whose boundary costs nothing are left
+    out of the tree (:func:`nested_keys`) and each split also tries even splits over more
+    children, in whole heavy blocks (:func:`_wider_splits`)."""
+    keys = nested_keys(problem, flatten=wide)
     node = keys[:, -1]
     n = problem.n_workers
+    atom = heavy_atom(problem)
     assignment = np.empty(n, dtype=np.int64)
     used: dict[str, int] = {}
     cut_total = 0.0
@@ -267,7 +303,11 @@ def decompose(
             continue
         sub = graph[workers][:, workers]
         part, value, name = partition(sub, sizes, partitioner, seed)
-        for groups_k, sizes_k in _wider_splits(keys[locs, depth + 1], groups, sizes, workers):
+        even = _even_sizes(np.array([len(g) for g in groups]), len(workers))
+        wider = [(groups, even)] if not np.array_equal(even, sizes) else []
+        if wide:
+            wider = _wider_splits(keys[locs, depth + 1], groups, sizes, workers, atom)
+        for groups_k, sizes_k in wider:
             # the same children (or a few more) filled evenly: keep the smallest cut (whole
             # pipeline stages per rack beat full racks)
             alt = partition(sub, sizes_k, partitioner, seed)
@@ -473,16 +513,20 @@ def hierarchical(
     sets.append(("free choice", None))
     best: tuple[float, np.ndarray, dict[str, Any]] | None = None
     tried = 0
+    # the wide variant (module docstring, step 3) where a split is cheap enough to try more
+    widths = (False, True) if problem.n_workers <= WIDER_SPLIT_MAX else (False,)
     for level, locs in sets:
         for name in names:
-            if best is not None and deadline is not None:
-                if time.perf_counter() > start + 0.5 * (deadline - start):
-                    break
-            assignment, info = decompose(problem, graph, name, seed, locs)
-            value = objective(problem, assignment)
-            tried += 1
-            if best is None or value < best[0] - 1e-12 * max(1.0, abs(value)):
-                best = (value, assignment, {**info, "locations": level, "partitioner": name})
+            for wide in widths:
+                if best is not None and deadline is not None:
+                    if time.perf_counter() > start + 0.5 * (deadline - start):
+                        break
+                assignment, info = decompose(problem, graph, name, seed, locs, wide)
+                value = objective(problem, assignment)
+                tried += 1
+                if best is None or value < best[0] - 1e-12 * max(1.0, abs(value)):
+                    info = {**info, "locations": level, "partitioner": name, "wide": wide}
+                    best = (value, assignment, info)
     assert best is not None
     assignment, stats = best[1], best[2]
     stats["candidates_tried"] = tried
