@@ -72,12 +72,15 @@ def _open_bound(gain, value, cur, depth, size, top, known, pick, best):  # pragm
 
 
 @njit(cache=True)
-def search(a, top, size, known, incumbent, max_visits):  # pragma: no cover - compiled
+def search(a, top, size, known, incumbent, max_visits, gain0):  # pragma: no cover - compiled
     """``(value, finished)`` for subsets of ``size`` vertices: the optimum when ``finished``,
-    else an upper bound on it."""
+    else an upper bound on it. ``gain0``: each vertex's weight to a set chosen beforehand (a
+    vertex fixed by symmetry; zeros for none), counted in every subset's value."""
     n = a.shape[0]
     best = incumbent
     gain = np.zeros((size + 1, n))
+    for q in range(n):
+        gain[0, q] = gain0[q]
     value = np.zeros(size + 1)
     start = np.zeros(size + 1, dtype=np.int64)
     cur = np.zeros(size + 1, dtype=np.int64)

@@ -6,9 +6,12 @@ over domains of given free capacities keeps at most ``max Σ_d D[s_d]`` inside t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tsched.problem import PlacementProblem
+from tsched.solvers.bounds.symmetry import worker_orbits
 
 __all__ = [
     "DENSEST_WORK",
@@ -57,19 +60,61 @@ def _densest_weights(problem: PlacementProblem, kmax: int) -> np.ndarray:
     """:func:`densest_weights`, uncached."""
     from tsched.solvers import _densest_kernel as kernel
 
-    a, top = _densest_inputs(problem)
+    a, top, order = _densest_inputs(problem)
     n = a.shape[0]
     visits = max(1000, DENSEST_WORK // n // (1 if kernel.HAVE_NUMBA else 100))
+    orbit = worker_orbits(problem)[order]  # in the search's (degree) order
     weights = [0.0, 0.0]
     for size in range(2, min(kmax, n) + 1):
         fallback = weights[-1] + float(top[:, size - 1].max())
         if size > 2:
             fallback = min(fallback, size / (size - 2) * weights[-1])
-        value, _finished = kernel.search(
-            a, top, size, np.array(weights), greedy_densest(a, size), visits
-        )
+        incumbent = greedy_densest(a, size)
+        if orbit.max() + 1 < n:  # fewer orbits than workers: one search per orbit
+            value = _orbit_search(a, top, size, np.array(weights), incumbent, visits, orbit)
+        else:
+            value, _ = kernel.search(
+                a, top, size, np.array(weights), incumbent, visits, np.zeros(n)
+            )
         weights.append(min(float(value), fallback))
     return np.array(weights + [weights[-1]] * max(0, kmax + 1 - len(weights)))
+
+
+def _orbit_search(
+    a: np.ndarray,
+    top: np.ndarray,
+    size: int,
+    known: np.ndarray,
+    incumbent: float,
+    visits: int,
+    orbit: np.ndarray,
+) -> float:
+    """The densest ``size``-set with symmetry (:func:`worker_orbits`): let O be the first orbit,
+    in a fixed order, that a densest set S meets; an automorphism maps S onto a set of the same
+    weight that holds O's representative and still meets no earlier orbit. So searching, for
+    each orbit in turn, the sets that hold its representative among the workers of that orbit
+    and the later ones covers every set. An upper bound where a search runs out of visits (the
+    largest of the parts' values is then still an upper bound)."""
+    from tsched.solvers import _densest_kernel as kernel
+
+    labels = np.unique(orbit)
+    best = incumbent
+    budget = visits
+    for rank, label in enumerate(labels):
+        members = np.flatnonzero(orbit == label)
+        rep = int(members[0])  # heaviest first: the search's order is by weighted degree
+        rest = np.flatnonzero((orbit >= label) & (np.arange(len(orbit)) != rep))
+        if len(rest) < size - 1:
+            continue
+        sub = np.ascontiguousarray(a[np.ix_(rest, rest)])
+        share = max(1000, budget // (len(labels) - rank))
+        value, _ = kernel.search(
+            sub, np.ascontiguousarray(top[rest]), size - 1, known, best, share,
+            np.ascontiguousarray(a[rep, rest]),
+        )  # fmt: skip
+        best = max(best, float(value))
+        budget = max(0, budget - share)
+    return best
 
 
 def heaviest_pairs(problem: PlacementProblem, kmax: int) -> np.ndarray:
@@ -87,20 +132,21 @@ def heaviest_pairs(problem: PlacementProblem, kmax: int) -> np.ndarray:
     return np.cumsum(top, axis=1)
 
 
-def _densest_inputs(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's inputs for the symmetrised traffic (:func:`search_inputs`)."""
-    return search_inputs(problem.flow_symmetric().toarray())
+def _densest_inputs(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kernel's inputs for the symmetrised traffic (:func:`search_inputs`) and the order."""
+    return search_inputs(problem.flow_symmetric().toarray(), with_order=True)
 
 
-def search_inputs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def search_inputs(a: np.ndarray, with_order: bool = False) -> Any:
     """The densest-subgraph kernel's inputs: the symmetric weights, dense, vertices sorted by
-    weighted degree (heaviest first), and ``top[u, t]``, the sum of u's ``t`` heaviest pairs."""
+    weighted degree (heaviest first), and ``top[u, t]``, the sum of u's ``t`` heaviest pairs
+    (and, ``with_order``, the original index of each sorted vertex)."""
     a = np.asarray(a, dtype=np.float64)
     order = np.argsort(-a.sum(axis=1), kind="stable")
     a = np.ascontiguousarray(a[np.ix_(order, order)])
     rows = -np.sort(-a, axis=1)
     top = np.concatenate([np.zeros((len(a), 1)), np.cumsum(rows, axis=1)], axis=1)
-    return a, top
+    return (a, top, order) if with_order else (a, top)
 
 
 def greedy_densest(a: np.ndarray, size: int) -> float:

@@ -247,7 +247,9 @@ def _layout_weights(factors: list[np.ndarray], kmax: int) -> np.ndarray:
             from tsched.solvers import _densest_kernel as kernel
 
             visits = 1_000_000 if kernel.HAVE_NUMBA else 10_000  # cut short: an upper bound
-            value, _ = kernel.search(a, top, s, np.full(s + 1, np.inf), found, visits)
+            value, _ = kernel.search(
+                a, top, s, np.full(s + 1, np.inf), found, visits, np.zeros(a.shape[0])
+            )
             connected = max(connected, float(value))
         split = max((out[t] + out[s - t] for t in range(1, s // 2 + 1)), default=0.0)
         out[s] = max(connected, split, out[s - 1])

@@ -13,15 +13,31 @@ import numpy as np
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
-from tsched.solvers.bounds.densest import degree_ceiling, kept_table
+from tsched.solvers.bounds.densest import degree_ceiling, densest_weights, kept_table
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
+from tsched.solvers.bounds.symmetry import worker_orbits
 
 __all__ = ["NESTED_WORK", "nested_bound"]
 
 
 #: Largest min-plus work (Σ over convolutions of their lengths' product) of the nested bound.
 NESTED_WORK = 100_000_000
+#: Largest job whose exact densest-subgraph weights the nested bound computes itself (beyond
+#: the partition bound's limit) when symmetry leaves few workers to start the search from.
+SYMMETRIC_DENSEST_MAX = 2048
+#: ... and the most orbits (:func:`worker_orbits`) for that.
+SYMMETRIC_ORBITS_MAX = 64
+
+
+def _symmetric_search_pays(problem: PlacementProblem) -> bool:
+    """Whether the densest-subgraph search is cheap here: a job of at most
+    :data:`SYMMETRIC_DENSEST_MAX` workers whose verified symmetries leave at most
+    :data:`SYMMETRIC_ORBITS_MAX` orbits (the search starts once per orbit, not per worker)."""
+    n = problem.n_workers
+    if n > SYMMETRIC_DENSEST_MAX:
+        return False
+    return int(worker_orbits(problem).max()) + 1 <= SYMMETRIC_ORBITS_MAX
 
 
 def nested_bound(problem: PlacementProblem) -> float | None:
@@ -58,6 +74,8 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
     weights = packing_weights(problem, kmax)[: kmax + 1]
     densest = problem.peek("densest_weights")  # exact where the partition bound ran
+    if densest is None and _symmetric_search_pays(problem):
+        densest = densest_weights(problem, kmax)
     if densest is not None and len(densest) > kmax:
         weights = np.minimum(weights, densest[: kmax + 1])
     projection = projection_best(problem, sizes_by_level, steps)
