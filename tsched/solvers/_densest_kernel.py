@@ -21,7 +21,7 @@ import numpy as np
 
 from tsched.solvers._bnb_kernel import HAVE_NUMBA, njit
 
-__all__ = ["HAVE_NUMBA", "search", "knapsack"]
+__all__ = ["HAVE_NUMBA", "search", "connected_search", "knapsack"]
 
 
 @njit(cache=True)
@@ -140,3 +140,96 @@ def knapsack(d, caps, n):  # pragma: no cover - compiled
         for t in range(n + 1):
             best[t] = nxt[t]
     return best[n]
+
+
+@njit(cache=True)
+def connected_search(
+    a, indptr, indices, data, allowed, rep, size, known, incumbent, max_visits
+):  # pragma: no cover - compiled
+    """``(value, finished)``: the heaviest *connected* set of ``size`` vertices that holds
+    ``rep`` and otherwise only ``allowed`` vertices, each such set visited once (Wernicke's
+    ESU enumeration: a set grows by a vertex of its extension list, which gains the new
+    vertex's exclusive neighbours; a vertex taken from the list never returns to that
+    branch). Every vertex a branch can still add is on its list or not yet next to the set, so
+    no completion by r vertices beats its weight + the r largest traffics from the set to the
+    list's vertices + ``known[r]`` (the most r vertices keep among themselves): such branches
+    stop. ``finished`` False: the visit budget ran out (the value is then only a lower bound).
+    ``a`` gives pair weights; ``indptr``/``indices``/``data`` the same graph as CSR."""
+    n = a.shape[0]
+    best = incumbent
+    # cover[u]: how many chosen vertices u is, or is next to (u joins a list only at 0)
+    cover = np.zeros(n, dtype=np.int64)
+    gain = np.zeros(n)  # traffic from each vertex to the chosen set
+    chosen = np.empty(size, dtype=np.int64)
+    ext = np.empty((size + 1, n), dtype=np.int64)  # extension list per depth
+    ext_len = np.zeros(size + 1, dtype=np.int64)
+    value = np.zeros(size + 1)
+    top = np.empty(size + 1)
+    chosen[0] = rep
+    _choose(rep, indptr, indices, data, cover, gain, 1)
+    k = 0
+    for p in range(indptr[rep], indptr[rep + 1]):
+        u = indices[p]
+        if allowed[u] and u != rep:
+            ext[1, k] = u
+            k += 1
+    ext_len[1] = k
+    depth = 1  # vertices chosen
+    visits = 0
+    while depth >= 1:
+        if depth == size:
+            if value[depth] > best:
+                best = value[depth]
+            depth -= 1
+            if depth >= 1:
+                _choose(chosen[depth], indptr, indices, data, cover, gain, -1)
+            continue
+        r = size - depth
+        bound = -1.0
+        if ext_len[depth] > 0:
+            for q in range(r):
+                top[q] = 0.0
+            for q in range(ext_len[depth]):  # the r largest gains on the list
+                g = gain[ext[depth, q]]
+                if g > top[r - 1]:
+                    j = r - 1
+                    while j > 0 and top[j - 1] < g:
+                        top[j] = top[j - 1]
+                        j -= 1
+                    top[j] = g
+            bound = value[depth] + known[r]
+            for q in range(r):
+                bound += top[q]
+        if ext_len[depth] == 0 or bound <= best * (1.0 + 1e-12):
+            depth -= 1
+            if depth >= 1:
+                _choose(chosen[depth], indptr, indices, data, cover, gain, -1)
+            continue
+        visits += 1
+        if visits > max_visits:
+            return best, False
+        ext_len[depth] -= 1
+        w = ext[depth, ext_len[depth]]
+        k = ext_len[depth]
+        for q in range(k):
+            ext[depth + 1, q] = ext[depth, q]
+        for p in range(indptr[w], indptr[w + 1]):
+            u = indices[p]
+            if allowed[u] and cover[u] == 0:
+                ext[depth + 1, k] = u
+                k += 1
+        ext_len[depth + 1] = k
+        chosen[depth] = w
+        value[depth + 1] = value[depth] + gain[w]
+        _choose(w, indptr, indices, data, cover, gain, 1)
+        depth += 1
+    return best, True
+
+
+@njit(cache=True)
+def _choose(w, indptr, indices, data, cover, gain, sign):  # pragma: no cover - compiled
+    """Add (sign 1) or remove (−1) vertex w from the chosen set's cover and gains."""
+    cover[w] += sign
+    for p in range(indptr[w], indptr[w + 1]):
+        cover[indices[p]] += sign
+        gain[indices[p]] += sign * data[p]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.symmetry import worker_orbits
@@ -64,20 +65,59 @@ def _densest_weights(problem: PlacementProblem, kmax: int) -> np.ndarray:
     n = a.shape[0]
     visits = max(1000, DENSEST_WORK // n // (1 if kernel.HAVE_NUMBA else 100))
     orbit = worker_orbits(problem)[order]  # in the search's (degree) order
+    graph = sp.csr_array(a)
     weights = [0.0, 0.0]
     for size in range(2, min(kmax, n) + 1):
         fallback = weights[-1] + float(top[:, size - 1].max())
         if size > 2:
             fallback = min(fallback, size / (size - 2) * weights[-1])
         incumbent = greedy_densest(a, size)
-        if orbit.max() + 1 < n:  # fewer orbits than workers: one search per orbit
+        value = _connected_densest(a, graph, orbit, size, np.array(weights), incumbent, visits)
+        if value is None and orbit.max() + 1 < n:  # fewer orbits than workers: one per orbit
             value = _orbit_search(a, top, size, np.array(weights), incumbent, visits, orbit)
-        else:
+        elif value is None:
             value, _ = kernel.search(
                 a, top, size, np.array(weights), incumbent, visits, np.zeros(n)
             )
         weights.append(min(float(value), fallback))
     return np.array(weights + [weights[-1]] * max(0, kmax + 1 - len(weights)))
+
+
+def _connected_densest(
+    a: np.ndarray,
+    graph: sp.csr_array,
+    orbit: np.ndarray,
+    size: int,
+    known: np.ndarray,
+    incumbent: float,
+    visits: int,
+) -> float | None:
+    """``D[size]`` from connected sets: a densest set is either connected, or the union of two
+    sets with no traffic between them, weighing at most ``D[t] + D[size − t]``. The heaviest
+    connected set is found exactly by enumerating the connected sets (sparse traffic has few)
+    that hold one representative per orbit (the argument of :func:`_orbit_search`). None when
+    the enumeration runs out of its visits: the caller falls back to the subset search."""
+    from tsched.solvers import _densest_kernel as kernel
+
+    indptr = graph.indptr.astype(np.int64)
+    indices = graph.indices.astype(np.int64)
+    data = graph.data.astype(np.float64)
+    best = incumbent
+    budget = visits
+    labels = np.unique(orbit)
+    for label in labels:
+        members = np.flatnonzero(orbit == label)
+        rep = int(members[0])
+        allowed = orbit >= label
+        allowed[rep] = False
+        value, finished = kernel.connected_search(
+            a, indptr, indices, data, allowed, rep, size, known, best, budget
+        )
+        if not finished:
+            return None
+        best = max(best, float(value))
+    split = max((known[t] + known[size - t] for t in range(2, size - 1)), default=0.0)
+    return max(best, float(split))
 
 
 def _orbit_search(
