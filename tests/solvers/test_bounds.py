@@ -232,16 +232,17 @@ def test_densest_weights_are_the_densest_subgraphs(seed, n) -> None:
     np.fill_diagonal(f, 0)
     problem = PlacementProblem.from_qap(f.astype(float), np.ones((n, n)) - np.eye(n))
     weights = densest_weights(problem, n)
-    a, top = _densest_inputs(problem)
+    a, top, _ = _densest_inputs(problem)
     brute = [0.0, 0.0] + [_densest_brute(a, s) for s in range(2, n + 1)]
     assert np.allclose(weights[: n + 1], brute)
     plain = getattr(kernel.search, "py_func", kernel.search)
     for size in range(2, n + 1):
         known = np.array(brute[:size])
         for fn in (kernel.search, plain):
-            value, finished = fn(a, top, size, known, greedy_densest(a, size), 1)
+            zero = np.zeros(n)
+            value, finished = fn(a, top, size, known, greedy_densest(a, size), 1, zero)
             assert value >= brute[size] - 1e-9
-            value, finished = fn(a, top, size, known, 0.0, 10**9)
+            value, finished = fn(a, top, size, known, 0.0, 10**9, zero)
             assert finished and value == pytest.approx(brute[size])
 
 

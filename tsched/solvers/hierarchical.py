@@ -22,7 +22,9 @@ are not complete, uniform or empty:
    of the same bandwidth) leave the tree, so racks are chosen by capacity wherever they are,
    and each split also tries the k largest children filled evenly (k up to two more than the
    fewest), in whole heavy blocks (a TP group: :func:`heavy_atom`) and not — smaller parts can
-   follow the job's own blocks, such as a pipeline stage per rack.
+   follow the job's own blocks, such as a pipeline stage per rack — and the split that keeps
+   the most blocks whole (each child holds as many as its nodes have room for); a *blocks*
+   decomposition takes that split wherever it exists. The plan with the smallest objective wins.
 4. On a node, workers take its free GPUs in order; then a sparse local search over the whole
    problem tries, for every worker, exchanges and moves with each GPU of its own node and of
    the nodes its traffic partners use — the only moves that can lower its cost — until none
@@ -201,8 +203,10 @@ def _choose_children(
     return chosen, np.array(sizes)
 
 
-#: Most workers of a job (and of a split) for which the wide decomposition is tried too.
+#: Most workers of a job (and of a split) for which the wide and blocks variants are tried too.
 WIDER_SPLIT_MAX = 2048
+#: The decomposition's variants (:func:`decompose`).
+VARIANTS = ("plain", "wide", "blocks")
 
 
 def _wider_splits(
@@ -229,6 +233,41 @@ def _wider_splits(
             if int(wider.sum()) == n and np.all(wider > 0):
                 out.append((more, wider))
     return out
+
+
+def _atom_fill(
+    child: np.ndarray, node: np.ndarray, n: int, atom: int
+) -> list[tuple[list[np.ndarray], np.ndarray]]:
+    """The split that keeps the most heavy blocks whole: each child can hold as many blocks of
+    ``atom`` workers whole as its nodes have room for (Σ ⌊free/atom⌋ over its nodes); children
+    take blocks in order of that room, as many as it allows, and only the blocks left over go
+    to the children with the most free GPUs left (where they must be split). Empty when the
+    children cannot hold the n workers."""
+    ids, inv, counts = np.unique(child, return_inverse=True, return_counts=True)
+    _, node_inv, node_free = np.unique(node, return_inverse=True, return_counts=True)
+    node_child = np.zeros(len(node_free), dtype=np.int64)
+    node_child[node_inv] = inv
+    room = np.bincount(node_child, weights=node_free // atom, minlength=len(ids)).astype(np.int64)
+    sizes = np.zeros(len(ids), dtype=np.int64)
+    left = n // atom
+    for c in np.argsort(-room, kind="stable"):
+        take = min(int(room[c]), left)
+        sizes[c] = take * atom
+        left -= take
+    rest = left * atom
+    spare = counts - sizes
+    for c in np.argsort(-spare, kind="stable"):
+        if rest <= 0:
+            break
+        take = min(int(spare[c]), rest)
+        sizes[c] += take
+        rest -= take
+    if rest > 0:
+        return []
+    used = np.flatnonzero(sizes > 0)
+    if len(used) < 2:
+        return []
+    return [([np.flatnonzero(inv == c) for c in used], sizes[used])]
 
 
 def heavy_atom(problem: PlacementProblem) -> int:
@@ -276,13 +315,18 @@ def decompose(
     partitioner: str,
     seed: int,
     locations: np.ndarray | None = None,
-    wide: bool = False,
+    variant: str = "plain",
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The top-down assignment (steps 2-3 of the module docstring) onto ``locations`` (default:
-    all usable ones) and what it did. ``wide``: levels whose boundary costs nothing are left
-    out of the tree (:func:`nested_keys`) and each split also tries even splits over more
-    children, in whole heavy blocks (:func:`_wider_splits`)."""
-    keys = nested_keys(problem, flatten=wide)
+    all usable ones) and what it did. ``variant`` (:data:`VARIANTS`): ``wide`` leaves levels
+    whose boundary costs nothing out of the tree (:func:`nested_keys`) and each split also
+    tries even splits over more children (:func:`_wider_splits`) and the split that keeps the
+    most heavy blocks whole (:func:`_atom_fill`), the smallest cut standing; ``blocks`` takes
+    that last split wherever it exists, whatever its cut (a block split across nodes costs
+    more below than the cut here shows)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"decomposition variant {variant!r} (valid: {', '.join(VARIANTS)})")
+    keys = nested_keys(problem, flatten=variant != "plain")
     node = keys[:, -1]
     n = problem.n_workers
     atom = heavy_atom(problem)
@@ -298,6 +342,11 @@ def decompose(
             assignment[workers] = np.sort(locs)[: len(workers)]
             continue
         groups, sizes = _choose_children(keys[locs, depth + 1], node[locs], len(workers))
+        blocks = []
+        if variant != "plain" and atom > 1 and len(workers) % atom == 0:
+            blocks = _atom_fill(keys[locs, depth + 1], node[locs], len(workers), atom)
+        if variant == "blocks" and blocks:
+            (groups, sizes), blocks = blocks[0], []
         if len(groups) == 1:
             stack.append((workers, locs[groups[0]], depth + 1))
             continue
@@ -305,8 +354,8 @@ def decompose(
         part, value, name = partition(sub, sizes, partitioner, seed)
         even = _even_sizes(np.array([len(g) for g in groups]), len(workers))
         wider = [(groups, even)] if not np.array_equal(even, sizes) else []
-        if wide:
-            wider = _wider_splits(keys[locs, depth + 1], groups, sizes, workers, atom)
+        if variant == "wide":
+            wider = _wider_splits(keys[locs, depth + 1], groups, sizes, workers, atom) + blocks
         for groups_k, sizes_k in wider:
             # the same children (or a few more) filled evenly: keep the smallest cut (whole
             # pipeline stages per rack beat full racks)
@@ -514,18 +563,18 @@ def hierarchical(
     best: tuple[float, np.ndarray, dict[str, Any]] | None = None
     tried = 0
     # the wide variant (module docstring, step 3) where a split is cheap enough to try more
-    widths = (False, True) if problem.n_workers <= WIDER_SPLIT_MAX else (False,)
+    variants = VARIANTS if problem.n_workers <= WIDER_SPLIT_MAX else ("plain",)
     for level, locs in sets:
         for name in names:
-            for wide in widths:
+            for variant in variants:
                 if best is not None and deadline is not None:
                     if time.perf_counter() > start + 0.5 * (deadline - start):
                         break
-                assignment, info = decompose(problem, graph, name, seed, locs, wide)
+                assignment, info = decompose(problem, graph, name, seed, locs, variant)
                 value = objective(problem, assignment)
                 tried += 1
                 if best is None or value < best[0] - 1e-12 * max(1.0, abs(value)):
-                    info = {**info, "locations": level, "partitioner": name, "wide": wide}
+                    info = {**info, "locations": level, "partitioner": name, "variant": variant}
                     best = (value, assignment, info)
     assert best is not None
     assignment, stats = best[1], best[2]

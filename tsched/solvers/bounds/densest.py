@@ -95,8 +95,9 @@ def _connected_densest(
     """``D[size]`` from connected sets: a densest set is either connected, or the union of two
     sets with no traffic between them, weighing at most ``D[t] + D[size − t]``. The heaviest
     connected set is found exactly by enumerating the connected sets (sparse traffic has few)
-    that hold one representative per orbit (the argument of :func:`_orbit_search`). None when
-    the enumeration runs out of its visits: the caller falls back to the subset search."""
+    that hold one representative per orbit (the argument of :func:`_orbit_search`); when it
+    weighs at least every such split it is ``D[size]``. None when it does not, or when the
+    enumeration runs out of its visits: the caller falls back to the subset search."""
     from tsched.solvers import _densest_kernel as kernel
 
     indptr = graph.indptr.astype(np.int64)
@@ -116,8 +117,9 @@ def _connected_densest(
         if not finished:
             return None
         best = max(best, float(value))
-    split = max((known[t] + known[size - t] for t in range(2, size - 1)), default=0.0)
-    return max(best, float(split))
+    split = max((known[t] + known[size - t] for t in range(1, size)), default=0.0)
+    # exact when the connected optimum dominates every split; else the subset search decides
+    return best if best >= split - 1e-12 * max(1.0, abs(split)) else None
 
 
 def _orbit_search(
