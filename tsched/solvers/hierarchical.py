@@ -15,16 +15,18 @@ are not complete, uniform or empty:
 3. Each split is a graph partition of the job's traffic with those exact sizes, minimising the
    traffic cut: by graph growing (the part takes the worker with the most traffic to it) or by
    METIS (``pymetis``, then rebalanced to the exact sizes); Kernighan–Lin exchanges refine
-   either. With ``partitioner=best`` (the default) each candidate set is decomposed with both,
-   and the plan with the smaller objective wins. The same children filled evenly are tried too
-   (the smaller cut stands). Up to :data:`WIDER_SPLIT_MAX` workers a *wide* decomposition runs
-   beside it: levels whose boundary costs nothing (an NVL72 rack's trays; leaves under spines
-   of the same bandwidth) leave the tree, so racks are chosen by capacity wherever they are,
-   and each split also tries the k largest children filled evenly (k up to two more than the
-   fewest), in whole heavy blocks (a TP group: :func:`heavy_atom`) and not — smaller parts can
-   follow the job's own blocks, such as a pipeline stage per rack — and the split that keeps
-   the most blocks whole (each child holds as many as its nodes have room for); a *blocks*
-   decomposition takes that split wherever it exists. The plan with the smallest objective wins.
+   either. With ``partitioner=best`` (the default) each candidate set is decomposed with both
+   (METIS first where the set is whole nodes, graph growing first elsewhere: under a time
+   limit the first may be the only one), and the plan with the smaller objective wins. The
+   same children filled evenly are tried too (the smaller cut stands). Up to
+   :data:`WIDER_SPLIT_MAX` workers a *wide* decomposition runs beside it: levels whose
+   boundary costs nothing (an NVL72 rack's trays; leaves under spines of the same bandwidth)
+   leave the tree, so racks are chosen by capacity wherever they are, and each split also
+   tries the k largest children filled evenly (k up to two more than the fewest), in whole
+   heavy blocks (a TP group: :func:`heavy_atom`) and not — smaller parts can follow the job's
+   own blocks, such as a pipeline stage per rack — and the split that keeps the most blocks
+   whole (each child holds as many as its nodes have room for); a *blocks* decomposition
+   takes that split wherever it exists. The plan with the smallest objective wins.
 4. On a node, workers take its free GPUs in order; then a sparse local search over the whole
    problem tries, for every worker, exchanges and moves with each GPU of its own node and of
    the nodes its traffic partners use — the only moves that can lower its cost — until none
@@ -528,6 +530,22 @@ def _kick(
     },
     kinds={"refine": Flag(), "kicks": Count(-1)},
 )
+def _partitioner_order(
+    problem: PlacementProblem, names: tuple[str, ...], locs: np.ndarray | None
+) -> tuple[str, ...]:
+    """METIS first on whole nodes (balanced parts of one size are what it aims for), graph
+    growing first where nodes are partly busy (exact, uneven part sizes): under a deadline
+    the first is the one that runs."""
+    if len(names) < 2:
+        return names
+    cl = problem.cluster
+    assert cl is not None
+    chosen = problem.locations if locs is None else problem.locations[locs]
+    nodes, counts = np.unique(cl.gpu_node[chosen], return_counts=True)
+    whole = bool(np.all(counts == cl.gpus_per_node[nodes]))
+    return tuple(sorted(names, key=lambda name: (name != "metis") if whole else (name != "grow")))
+
+
 def hierarchical(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
@@ -565,7 +583,7 @@ def hierarchical(
     # the wide variant (module docstring, step 3) where a split is cheap enough to try more
     variants = VARIANTS if problem.n_workers <= WIDER_SPLIT_MAX else ("plain",)
     for level, locs in sets:
-        for name in names:
+        for name in _partitioner_order(problem, names, locs):
             for variant in variants:
                 if best is not None and deadline is not None:
                     if time.perf_counter() > start + 0.5 * (deadline - start):
