@@ -33,8 +33,9 @@
    runs too (given a quarter of the time when the exact model is small, see
    :data:`UNIT_MODEL_CELLS`; above :data:`TABU_MAX_WORKERS` workers all the time left, and
    only if one pass — estimated as greedy's construction time per candidate set — fits in
-   it, else it is skipped and ``--explain`` says so), and the better plan of the two goes on (MoE all-to-all traffic is where the
-   partitioning wins; whole nodes and leaves where greedy's domain choice does).
+   it, else it is skipped and ``--explain`` says so), and the better plan of the two goes on
+   (MoE all-to-all traffic is where the partitioning wins; whole nodes and leaves where
+   greedy's domain choice does).
    Above :data:`TABU_MAX_WORKERS` workers an iterated sparse local search (exchanges and moves
    near traffic partners, kicks, keep the better) improves it until the time limit.
 4. Robust tabu search improves that plan (up to :data:`TABU_MAX_WORKERS` workers), stopping

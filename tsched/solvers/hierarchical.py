@@ -519,17 +519,6 @@ def _kick(
 
 
 # ---------------------------------------------------------------------- the method
-@register(
-    "hierarchical",
-    description="top-down partitioning per level (graph growing / METIS) + sparse local search",
-    options={
-        "partitioner": "best (default: both, the smaller cut), grow, or metis (needs pymetis)",
-        "refine": "run the sparse local search (default true)",
-        "kicks": "iterated local search rounds after the descent (default: until the time "
-        "limit when one is given, else none; -1: until the time limit)",
-    },
-    kinds={"refine": Flag(), "kicks": Count(-1)},
-)
 def _partitioner_order(
     problem: PlacementProblem, names: tuple[str, ...], locs: np.ndarray | None
 ) -> tuple[str, ...]:
@@ -546,6 +535,17 @@ def _partitioner_order(
     return tuple(sorted(names, key=lambda name: (name != "metis") if whole else (name != "grow")))
 
 
+@register(
+    "hierarchical",
+    description="top-down partitioning per level (graph growing / METIS) + sparse local search",
+    options={
+        "partitioner": "best (default: both, the smaller cut), grow, or metis (needs pymetis)",
+        "refine": "run the sparse local search (default true)",
+        "kicks": "iterated local search rounds after the descent (default: until the time "
+        "limit when one is given, else none; -1: until the time limit)",
+    },
+    kinds={"refine": Flag(), "kicks": Count(-1)},
+)
 def hierarchical(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
 ) -> SolverOutput:
