@@ -14,6 +14,7 @@ from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
 from tsched.solvers.bounds.densest import degree_ceiling, densest_weights, kept_table
+from tsched.solvers.bounds.groups import group_form
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
 from tsched.solvers.bounds.symmetry import worker_orbits
@@ -88,6 +89,9 @@ def nested_bound(problem: PlacementProblem) -> float | None:
         level = [(-np.minimum(kept_table(weights, span, ceiling), total), total)]
         if projection and projection[k][1] is not None:  # the form best for this level alone
             level.append(projection[k][1])
+        grouped = group_form(problem, span)
+        if grouped is not None:  # heavy groups a domain of p workers cannot all hold whole
+            level.append(grouped)
         forms.append(level)
     best = None
     for choice in itertools.product(*forms):

@@ -12,6 +12,7 @@ from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
 from tsched.solvers.bounds.densest import degree_ceiling, heaviest_pairs, kept_upper
+from tsched.solvers.bounds.groups import domain_capacity_cuts
 from tsched.solvers.bounds.layout import layout_weights
 from tsched.solvers.bounds.projection import projection_cuts
 from tsched.solvers.bounds.spectral import spectral_cuts
@@ -93,12 +94,14 @@ def level_cuts(
     steps: np.ndarray,
     weights: np.ndarray,
 ) -> list[float]:
-    """Per level with a cost step (0 elsewhere), the largest of three lower bounds on its cut:
+    """Per level with a cost step (0 elsewhere), the largest of four lower bounds on its cut:
     the traffic the densest ``weights`` cannot keep inside its domains (:func:`kept_upper`),
-    the eigenvalue bound and the line-projection bound."""
+    the eigenvalue bound, the line-projection bound and the heavy groups its domains cannot
+    hold whole (:func:`domain_capacity_cuts`)."""
     n = problem.n_workers
     spectral = spectral_cuts(problem, sizes_by_level)
     projection = projection_cuts(problem, sizes_by_level, steps)
+    capacity = domain_capacity_cuts(problem, sizes_by_level, steps)
     total = float(problem.gb.sum())
     out = []
     for k, sizes in enumerate(sizes_by_level):
@@ -110,5 +113,7 @@ def level_cuts(
             cut = max(cut, spectral[k])
         if projection:
             cut = max(cut, projection[k])
+        if capacity:
+            cut = max(cut, capacity[k])
         out.append(cut)
     return out

@@ -1,0 +1,146 @@
+"""Heavy groups and the domains that can hold them whole: the domain-capacity bound.
+
+A job's heaviest traffic usually falls into disjoint groups of one size (TP groups, serving
+replicas): the connected components of the pairs that carry at least half the heaviest pair's
+traffic. A group whose workers end up in two or more domains of a level cuts at least its
+*least cut* λ there — the global minimum cut of its own traffic (Stoer–Wagner), e.g. two edges
+of a TP ring — and the groups' traffic is disjoint, so over a level
+
+    cut_ℓ ≥ λ · (groups that are split at ℓ) + (traffic between groups that is cut at ℓ).
+
+A domain of free capacity c holds at most ⌊c/g⌋ groups whole, so at least
+``G − Σ_d ⌊c_d/g⌋`` groups are split whatever the plan (:func:`domain_capacity_cuts`): a
+fragmented fabric whose whole free nodes number fewer than the job's TP groups must split the
+rest, each at the price of a ring's two crossings, which the densest-subgraph knapsack — whose
+pieces need not add up to whole groups — does not see. With worker counts ``p_d`` per domain
+(the nested bound's variables) the same argument gives a form separable over the domains:
+``cut_ℓ ≥ λ·G − Σ_d λ·⌊p_d/g⌋`` (:func:`group_form`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tsched.problem import PlacementProblem
+
+__all__ = ["HeavyGroups", "heavy_groups", "domain_capacity_cuts", "group_form"]
+
+
+@dataclass(frozen=True)
+class HeavyGroups:
+    """The job's heavy groups: their common size, how many, and the least cut of any one."""
+
+    size: int
+    count: int
+    least_cut: float  # λ: the smallest global minimum cut of a group's own traffic (GB)
+
+
+def heavy_groups(problem: PlacementProblem) -> HeavyGroups | None:
+    """The heavy groups (module docstring) when they all have one size of at least 2 and cover
+    every worker with traffic; None otherwise (cached)."""
+    return problem.cached("heavy_groups", lambda: _heavy_groups(problem))
+
+
+def _heavy_groups(problem: PlacementProblem) -> HeavyGroups | None:
+    from scipy.sparse.csgraph import connected_components
+
+    graph = problem.flow_symmetric().tocsr()
+    if graph.nnz == 0:
+        return None
+    heavy = graph.multiply(graph >= 0.5 * graph.data.max()).tocsr()
+    heavy.eliminate_zeros()
+    count, label = connected_components(heavy, directed=False)
+    sizes = np.bincount(label, minlength=count)
+    if len(np.unique(sizes)) != 1 or sizes[0] < 2:
+        return None
+    order = np.argsort(label, kind="stable")
+    members = order.reshape(count, int(sizes[0]))  # each row one group, workers ascending
+    least = np.inf
+    seen: dict[bytes, float] = {}
+    for group in members:
+        sub = graph[group][:, group].tocsr()
+        sub.sort_indices()
+        key = sub.indptr.tobytes() + sub.indices.tobytes() + sub.data.tobytes()
+        if key not in seen:
+            seen[key] = _least_cut(sub.toarray())
+        least = min(least, seen[key])
+    if not np.isfinite(least) or least <= 0:
+        return None
+    return HeavyGroups(int(sizes[0]), int(count), float(least))
+
+
+def _least_cut(a: np.ndarray) -> float:
+    """The global minimum cut of a small connected weighted graph (Stoer–Wagner, networkx)."""
+    import networkx as nx
+
+    graph = nx.Graph()
+    rows, cols = np.nonzero(np.triu(a, 1))
+    graph.add_weighted_edges_from(
+        (int(i), int(j), float(a[i, j])) for i, j in zip(rows, cols, strict=True)
+    )
+    if graph.number_of_nodes() < len(a) or not nx.is_connected(graph):
+        return 0.0
+    value, _ = nx.stoer_wagner(graph)
+    return float(value)
+
+
+def domain_capacity_cuts(
+    problem: PlacementProblem, sizes_by_level: list[np.ndarray], steps: np.ndarray
+) -> list[float] | None:
+    """Per level with a cost step, ``λ · (G − Σ_d ⌊free_d / g⌋)`` (at least 0): the groups no
+    spread can keep whole, each cutting at least λ. None without heavy groups."""
+    groups = heavy_groups(problem)
+    if groups is None:
+        return None
+    out = []
+    for sizes, step in zip(sizes_by_level, steps, strict=True):
+        if step <= 0:
+            out.append(0.0)
+            continue
+        whole = int(np.sum(np.asarray(sizes, dtype=np.int64) // groups.size))
+        out.append(groups.least_cut * max(0, groups.count - whole))
+    return out
+
+
+def group_form(problem: PlacementProblem, span: int) -> tuple[np.ndarray, float] | None:
+    """The nested bound's form of the same argument for a level, with the traffic between
+    groups: ``(cost, const)`` with ``cut ≥ const + Σ_d cost[p_d]`` over the level's domains.
+
+    ``cut = cut_in + cut_between``; ``cut_in ≥ λ·(G − whole groups)`` and ``cut_between ≥
+    W_between − (between-traffic kept inside domains)``, so ``cut ≥ λ·G + W_between −
+    Σ_d f(p_d)`` where ``f(p)`` bounds ``λ·(whole groups) + (between-traffic kept)`` in one
+    domain of p workers. With k whole groups and r = p − k·g loose workers, the traffic kept
+    between groups is at most the loose workers' between-degrees (every such pair inside the
+    domain touches a loose worker, or joins two whole groups): ``f(p) = max_k λ·k +
+    ½·T(k·g)·[k ≥ 2] + T(r)`` with T(s) the s largest between-degrees summed, and at most
+    ``½·T(p)`` with no whole group. None without heavy groups."""
+    groups = heavy_groups(problem)
+    if groups is None:
+        return None
+    g, lam = groups.size, groups.least_cut
+    degree, between = _between_degrees(problem)
+    top = np.zeros(span + 1)
+    cum = np.cumsum(degree[:span])
+    top[1 : len(cum) + 1] = cum
+    top[len(cum) + 1 :] = cum[-1] if len(cum) else 0.0
+    f = 0.5 * top.copy()
+    for k in range(1, min(span // g, groups.count) + 1):
+        p = np.arange(k * g, span + 1)
+        inside = 0.5 * top[k * g] if k >= 2 else 0.0
+        f[p] = np.maximum(f[p], lam * k + inside + top[p - k * g])
+    return -f, lam * groups.count + between
+
+
+def _between_degrees(problem: PlacementProblem) -> tuple[np.ndarray, float]:
+    """Each worker's traffic to other groups (descending) and the total between groups."""
+    from scipy.sparse.csgraph import connected_components
+
+    graph = problem.flow_symmetric().tocoo()
+    heavy = problem.flow_symmetric().tocsr()
+    heavy = heavy.multiply(heavy >= 0.5 * heavy.data.max()).tocsr()
+    _, label = connected_components(heavy, directed=False)
+    cross = label[graph.row] != label[graph.col]
+    degree = np.bincount(graph.row[cross], weights=graph.data[cross], minlength=problem.n_workers)
+    return np.sort(degree)[::-1], float(graph.data[cross].sum()) / 2
