@@ -364,7 +364,12 @@ def _single(
                       tried=hier.stats.get("candidates_tried"))  # fmt: skip
             if objective(problem, hier.assignment) < value - tol:
                 current, label = hier, "hierarchical"
-        if large and time.perf_counter() - start < limit - 0.05:
+        left = limit - (time.perf_counter() - start)
+        if large and left < per_pass:  # a descent pass costs about a decomposition pass
+            steps.add("iterated sparse search skipped: one pass would overrun the budget",
+                      "hierarchical", None, expected_pass_s=round(per_pass, 3),
+                      left_s=round(left, 3))  # fmt: skip
+        elif large:
             # too large for dense tabu: iterated sparse search to the end
             refined, moves = sparse_refine(
                 problem, current.assignment, start + limit, seed=seed, kicks=-1

@@ -582,13 +582,16 @@ def hierarchical(
     tried = 0
     # the wide variant (module docstring, step 3) where a split is cheap enough to try more
     variants = VARIANTS if problem.n_workers <= WIDER_SPLIT_MAX else ("plain",)
+    longest = 0.0  # the longest pass so far: under a deadline, none starts that would overrun
     for level, locs in sets:
         for name in _partitioner_order(problem, names, locs):
             for variant in variants:
+                now = time.perf_counter()
                 if best is not None and deadline is not None:
-                    if time.perf_counter() > start + 0.5 * (deadline - start):
+                    if now > start + 0.5 * (deadline - start) or now + longest > deadline:
                         break
                 assignment, info = decompose(problem, graph, name, seed, locs, variant)
+                longest = max(longest, time.perf_counter() - now)
                 value = objective(problem, assignment)
                 tried += 1
                 if best is None or value < best[0] - 1e-12 * max(1.0, abs(value)):
