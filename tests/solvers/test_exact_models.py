@@ -182,3 +182,70 @@ def test_independent_proofs_use_no_bound_of_tsched(unproved_by_bounds, monkeypat
     assert alone.objective == pytest.approx(bounded.objective, rel=1e-9)
     with pytest.raises(InputError, match="independent="):
         tsched.solve(unproved_by_bounds, method=method, options={"independent": "maybe"})
+
+
+def test_an_nvl72_rack_is_one_unit_of_the_node_model() -> None:
+    """Trays and the rack's NVLink switch cost the same, so the model's unit is the rack: the
+    four racks of 72 GPUs are four units, and CP-SAT's plan is priced as the objective."""
+    from tests.conftest import nvl72_tp4_pp4_dp8
+
+    problem = nvl72_tp4_pp4_dp8()
+    view, why = hierarchical_view(problem)
+    assert why == "ok" and view is not None
+    assert view.merged == 1 and len(view.capacity) == 4 and view.capacity.tolist() == [72] * 4
+    assert np.array_equal(view.unit, problem.cluster.node_group[problem.location_node(), 0])
+    out = tsched.solve(problem, method="cpsat", seed=0, time_limit=10)
+    assert len(set(out.assignment.tolist())) == problem.n_workers
+    from tsched.solvers.node_model import units_of
+
+    assert view.cost(units_of(view, out.assignment)) == pytest.approx(out.objective, rel=1e-9)
+    assert out.bound is not None and out.bound <= out.objective * (1 + 1e-9)
+
+
+def test_identical_pipelines_share_one_proof_in_auto() -> None:
+    """Four independent TP8 × PP2 pipelines on a fragmented fabric: greedy's plan of the whole
+    is not proved, so auto plans the pipelines one after another; the first is proved alone
+    once and its bound reused for the three copies, and the plan is proved optimal."""
+    from tsched.workload import Layout, ModelSpec
+
+    model = ModelSpec(params_b=8, hidden=4096, layers=32, seq_len=8192, micro_batches=8)
+    one = Workload.from_layout("one", Layout(tp=8, pp=2), model)
+    edges = [(int(a) + 16 * c, int(b) + 16 * c, float(w))
+             for c in range(4) for a, b, w in zip(one.src, one.dst, one.gb)]  # fmt: skip
+    rng = np.random.default_rng(0)
+    busy = {}
+    for k in range(16):
+        taken = int(rng.choice([0, 0, 2, 4, 8]))
+        if taken:
+            busy[f"n{k}"] = sorted(rng.choice(8, taken, replace=False).tolist())
+    cluster = fabric(16, 4).with_busy(busy)
+    problem = PlacementProblem.build(cluster, Workload.from_edges("pipes", 64, edges))
+    out = tsched.solve(problem, method="auto", seed=0, time_limit=10)
+    assert out.stats["auto_choice"] == "components"
+    stages = [s["stage"] for s in out.stats["auto_steps"]]
+    assert sum("identical to component 1: its bound alone reused" in s for s in stages) == 3
+    assert out.status == "optimal"
+    assert len(set(out.assignment.tolist())) == problem.n_workers
+
+
+@pytest.mark.parametrize("limit", [0.5, 6.0])
+def test_auto_at_scale_runs_the_decomposition_only_when_a_pass_fits(limit: float) -> None:
+    """Above 1,024 workers auto estimates one decomposition pass from greedy's construction
+    time per candidate set: with little time left it skips the stage and says so, with enough
+    it runs it; either way the reason is in the steps."""
+    from tsched.workload import Layout, ModelSpec
+
+    model = ModelSpec(params_b=70, hidden=8192, layers=80, seq_len=8192, micro_batches=16)
+    workload = Workload.from_layout("big", Layout(tp=8, pp=8, dp=17), model)
+    cluster = fabric(256, 16).with_busy({f"n{k}": [0, 1, 2, 3] for k in range(0, 256, 3)})
+    problem = PlacementProblem.build(cluster, workload)
+    out = tsched.solve(problem, method="auto", seed=0, time_limit=limit)
+    rows = [s for s in out.stats["auto_steps"] if s["stage"].startswith("decomposition")]
+    assert len(rows) == 1
+    row = rows[0]
+    if "skipped" in row["stage"]:
+        assert row["expected_pass_s"] > row["left_s"]
+    else:
+        assert "one pass expected in" in row["stage"] and row["objective"] is not None
+    if limit >= 6.0:
+        assert "skipped" not in row["stage"]

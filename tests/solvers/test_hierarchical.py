@@ -239,3 +239,50 @@ def test_even_split_over_the_same_racks_keeps_pipeline_stages_whole() -> None:
     assert sorted(np.bincount(racks)[np.bincount(racks) > 0].tolist()) == [64, 64]
     assert result.objective == pytest.approx(39.59171511182221, rel=1e-9)
     assert result.status == "optimal"
+
+
+def _nvl72_racks(free: list[int], per_leaf: int = 4) -> Cluster:
+    """GB200 NVL72 racks (18 trays of 4 GPUs) with the given free GPUs per rack, leaves and
+    spines of one bandwidth: which leaf a rack sits in costs nothing."""
+    from tsched.formats.cluster_yaml import cluster_from_dict
+
+    doc = {
+        "tsched": "cluster/v1",
+        "name": f"nvl72-{72 * len(free)}",
+        "links": {"nvlink": {"bandwidth": 900}, "nvl": {"bandwidth": 900},
+                  "leaf": {"bandwidth": 50}, "spine": {"bandwidth": 50}},
+        "levels": ["nvl", "leaf", "spine"],
+        "node_types": {"tray": {"gpus": 4, "gpu": {"model": "B200"}, "intra": "nvlink"}},
+        "generate": [{"type": "tray", "count": 18 * len(free),
+                      "fanout": {"nvl": 18, "leaf": per_leaf}, "at": {"spine": "s0"}}],
+    }  # fmt: skip
+    cluster = cluster_from_dict(doc, "racks")
+    busy = {}
+    for rack, room in enumerate(free):
+        for tray in range(18):
+            keep = min(4, max(0, room - 4 * tray))
+            if keep < 4:
+                busy[cluster.nodes[18 * rack + tray].name] = list(range(keep, 4))
+    return cluster.with_busy(busy)
+
+
+def test_wide_decomposition_chooses_racks_by_capacity_across_leaves() -> None:
+    """TP4 × PP4 × DP6 on 16 fragmented NVL72 racks: one leaf holds the job, so greedy and the
+    plain decomposition fill its racks (28, 44, 20, 4 workers) and cut pipelines; the wide one
+    leaves the leaves (they cost nothing) and puts one pipeline stage of every replica (24
+    workers) on each of four racks wherever they are, which the bound nearly meets."""
+    free = [13, 21, 24, 12, 10, 14, 26, 16, 32, 23, 2, 27, 28, 44, 22, 4]
+    model = ModelSpec(params_b=70, hidden=8192, layers=80, seq_len=8192, micro_batch=1,
+                      micro_batches=16)  # fmt: skip
+    workload = Workload.from_layout("j", Layout(tp=4, pp=4, dp=6), model)
+    problem = PlacementProblem.build(_nvl72_racks(free), workload)
+    greedy = tsched.solve(problem, method="greedy", seed=0)
+    plan = tsched.solve(problem, method="hierarchical", seed=0)
+    assert plan.stats["variant"] == "wide"
+    assert plan.objective < 0.9 * greedy.objective
+    cluster = problem.cluster
+    racks = cluster.node_group[cluster.gpu_node[problem.locations[plan.assignment]], 0]
+    assert sorted(np.unique(racks, return_counts=True)[1].tolist()) == [24, 24, 24, 24]
+    auto = tsched.solve(problem, method="auto", seed=0, time_limit=10)
+    assert auto.objective <= plan.objective + 1e-9
+    assert auto.bound is not None and auto.gap is not None and auto.gap < 0.002
