@@ -102,7 +102,7 @@ def write_result(name: str, text: str, *, section: str | None = None) -> Path:
 
     With ``section``, only that section of the report is replaced (or added): a variant of the
     benchmark (another option, seed or setting) lives in its benchmark's one report instead of a
-    file of its own. Plots in ``results/NAME/`` are stored compactly (:func:`compact_pngs`)."""
+    file of its own. Without it the main report is replaced and the sections after it stay. Plots in ``results/NAME/`` are stored compactly (:func:`compact_pngs`)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"
     body = stamp(text)
@@ -111,6 +111,11 @@ def write_result(name: str, text: str, *, section: str | None = None) -> Path:
         block = (f"{SECTION.format(section)}\n## {section}\n\n"
                  + body.partition("\n")[2].strip("\n") + "\n")  # fmt: skip
         body = replace_section(old, section, block)
+    elif path.exists():  # the main report anew: its sections (the variants) stay
+        old = path.read_text()
+        first = old.find(SECTION.split("{")[0])
+        if first >= 0:
+            body = body.rstrip("\n") + "\n\n" + old[first:]
     path.write_text(body)
     folder = RESULTS / name
     if folder.is_dir():

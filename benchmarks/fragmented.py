@@ -1,4 +1,4 @@
-"""Fragmented cluster states from a seed: does ``auto`` certify its plans where capacity is scattered?
+"""Fragmented cluster states from a seed: does ``auto`` certify its plans on scattered capacity?
 
 A family of benchmark states, none of them tuned on: each first-level domain (a leaf of DGX
 nodes, or an NVL72 rack of 4-GPU trays) draws its own mix of fully free, partly busy and busy

@@ -14,6 +14,7 @@ random sparse traffic (5–13 workers); at most 24 free GPUs. For each:
 "hard": greedy's plan does not meet the thorough bound, so auto had to search.
 
     python -m benchmarks.known_optima [--instances 30] [--seed 0] [--exact-limit 60] [--quick]
+        [--section NAME]   # a variant (another seed) as a section of the same report
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exact-limit", type=float, default=60.0)
     parser.add_argument("--quick", action="store_true", help="8 instances, 20 s proofs")
+    parser.add_argument("--section", default=None, help="write as this section of the report")
     args = parser.parse_args(argv)
     count, limit = (8, 20.0) if args.quick else (args.instances, args.exact_limit)
     rows, results = [], []
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         " --quick"
         if args.quick
         else f" --instances {count} --seed {args.seed} --exact-limit {limit:g}"
-    )
+    ) + (f" --section {args.section}" if args.section else "")
     text = "\n".join(
         [
             "# Random small clusters with optima proved independently\n",
@@ -207,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             markdown_table(header, rows) + "\n",
         ]
     )
-    write_result("known_optima" + ("-quick" if args.quick else ""), text)
+    name = "known_optima" + ("-quick" if args.quick else "")
+    write_result(name, text, section=args.section)
     return 1 if invalid else 0
 
 

@@ -25,3 +25,14 @@ def test_a_variant_replaces_its_own_section_and_leaves_the_rest(tmp_path, monkey
     assert text.index("second run") < text.index("tables run")  # the section kept its place
     assert len(re.findall(r"^Measured at commit `\w+(\+changes)?` with `python -m ", text,
                           re.MULTILINE)) == 3  # fmt: skip
+
+
+def test_the_main_report_anew_keeps_the_sections(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    common.write_result("bench", "# Bench\n\nfirst main\n")
+    common.write_result("bench", "# Bench, seed 5\n\nseed five\n", section="seed5")
+    common.write_result("bench", "# Bench\n\nsecond main\n")
+    text = (tmp_path / "bench.md").read_text()
+    assert "first main" not in text and "second main" in text and "seed five" in text
+    assert text.index("second main") < text.index("<!-- section: seed5 -->")
+    assert text.count("<!-- section: seed5 -->") == 1
