@@ -1,0 +1,35 @@
+"""The fragmented-state generator: seeded, every state usable, planted optima as constructed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.fragmented import FAMILIES, free_gpus, states
+from tsched.problem import PlacementProblem
+from tsched.solvers.bounds import basic_bound
+
+
+def test_states_are_seeded_and_fit_their_clusters() -> None:
+    first = states(12, seed=3, max_gpus=1152)
+    again = states(12, seed=3, max_gpus=1152)
+    assert [s.label for s in first] == [s.label for s in again]
+    assert [s.label for s in states(12, seed=4, max_gpus=1152)] != [s.label for s in first]
+    assert {s.family for s in first} <= set(FAMILIES)
+    for state in first:
+        assert 0 < state.workload.workers <= free_gpus(state.cluster)
+        assert state.cluster.n_gpus <= 1152
+
+
+def test_planted_states_have_exactly_the_roomy_nodes_they_claim() -> None:
+    planted = [s for s in states(12, seed=0, max_gpus=1152) if s.optimum is not None]
+    assert planted
+    for state in planted:
+        cluster = state.cluster
+        g = int(cluster.gpus_per_node[0])
+        free = np.array([g - len(node.busy) for node in cluster.nodes])
+        units = int(state.label.split("planted: ")[1].split()[0])
+        assert int(np.sum(free == g)) == units
+        assert state.workload.workers == units * g  # one replica (pipeline) per roomy node
+        # the optimum by construction: every pair at the intra-node cost, which no plan beats
+        problem = PlacementProblem.build(cluster, state.workload)
+        assert abs(basic_bound(problem) - state.optimum) <= 1e-9 * state.optimum
