@@ -32,6 +32,9 @@ optimal. :func:`best_bound` combines the applicable ones and caches the result o
   enumerated exactly, joined by matchings (:func:`block_cut_cpsat`).
   Exact for the symmetric blocks of MoE layouts, which the eigenvalues cannot see; it searches,
   so :func:`best_bound` computes it only when asked to be thorough.
+- domain capacity (:mod:`~tsched.solvers.bounds.groups`, inside packing and nested) — the
+  job's heavy groups (TP rings, replicas) that the domains' free GPUs cannot hold whole, each
+  cutting at least its own least cut.
 - :func:`nested_bound` — the levels coupled: one worker count per domain, nested, for all levels
   at once (a min-plus programme up the tree of domains), so the node and spine cuts cannot
   each take a spread no plan has. Also only when thorough.
@@ -46,8 +49,9 @@ Modules: :mod:`~tsched.solvers.bounds.basic` (basic bound, linear floor),
 :mod:`~tsched.solvers.bounds.gilmore_lawler`, :mod:`~tsched.solvers.bounds.profile`,
 :mod:`~tsched.solvers.bounds.cuts` (the cut decomposition the next ones share),
 :mod:`~tsched.solvers.bounds.spectral`, :mod:`~tsched.solvers.bounds.layout` (product
-structure of parallel layouts), :mod:`~tsched.solvers.bounds.densest` (densest-subgraph weights
-and the knapsack over domains), :mod:`~tsched.solvers.bounds.projection`,
+structure of parallel layouts), :mod:`~tsched.solvers.bounds.symmetry` (verified orbits of the
+workers), :mod:`~tsched.solvers.bounds.densest` (densest-subgraph weights and the knapsack over
+domains), :mod:`~tsched.solvers.bounds.groups` (heavy groups and domain capacity), :mod:`~tsched.solvers.bounds.projection`,
 :mod:`~tsched.solvers.bounds.packing`, :mod:`~tsched.solvers.bounds.cut_cpsat`,
 :mod:`~tsched.solvers.bounds.partition` and :mod:`~tsched.solvers.bounds.nested`. Each imports
 only the families below it; none imports this front door.
