@@ -102,7 +102,8 @@ def write_result(name: str, text: str, *, section: str | None = None) -> Path:
 
     With ``section``, only that section of the report is replaced (or added): a variant of the
     benchmark (another option, seed or setting) lives in its benchmark's one report instead of a
-    file of its own. Without it the main report is replaced and the sections after it stay. Plots in ``results/NAME/`` are stored compactly (:func:`compact_pngs`)."""
+    file of its own. Without it the main report is replaced and the sections after it stay.
+    Plots in ``results/NAME/`` are stored compactly (:func:`compact_pngs`)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.md"
     body = stamp(text)
