@@ -25,17 +25,23 @@ __all__ = ["HAVE_NUMBA", "search", "connected_search", "knapsack"]
 
 
 @njit(cache=True)
+def _insert(best, v):  # pragma: no cover - compiled
+    """Put ``v`` in the descending array ``best`` if it is among its largest (the last drops)."""
+    r = best.shape[0]
+    if v > best[r - 1]:
+        k = r - 1
+        while k > 0 and best[k - 1] < v:
+            best[k] = best[k - 1]
+            k -= 1
+        best[k] = v
+
+
+@njit(cache=True)
 def _top_sum(values, start, r):  # pragma: no cover - compiled
     """Sum of the ``r`` largest of ``values[start:]`` (r small)."""
     best = np.full(r, -np.inf)
     for u in range(start, values.shape[0]):
-        v = values[u]
-        if v > best[r - 1]:
-            k = r - 1
-            while k > 0 and best[k - 1] < v:
-                best[k] = best[k - 1]
-                k -= 1
-            best[k] = v
+        _insert(best, values[u])
     total = 0.0
     for k in range(r):
         total += best[k]
@@ -187,16 +193,10 @@ def connected_search(
         r = size - depth
         bound = -1.0
         if ext_len[depth] > 0:
-            for q in range(r):
-                top[q] = 0.0
+            head = top[:r]
+            head[:] = 0.0
             for q in range(ext_len[depth]):  # the r largest gains on the list
-                g = gain[ext[depth, q]]
-                if g > top[r - 1]:
-                    j = r - 1
-                    while j > 0 and top[j - 1] < g:
-                        top[j] = top[j - 1]
-                        j -= 1
-                    top[j] = g
+                _insert(head, gain[ext[depth, q]])
             bound = value[depth] + known[r]
             for q in range(r):
                 bound += top[q]
