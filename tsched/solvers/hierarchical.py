@@ -31,7 +31,9 @@ are not complete, uniform or empty:
    problem tries, for every worker, exchanges and moves with each GPU of its own node and of
    the nodes its traffic partners use — the only moves that can lower its cost — until none
    improves. Intra-node link matrices (PCIe servers) are priced exactly there. Under a time
-   limit, an iterated local search (kicks, descent, keep the better) uses the time left.
+   limit, an iterated local search (kicks, descent, keep the better) uses the time left; when
+   less is left than one decomposition pass took (a descent pass costs about as much), it is
+   skipped rather than overrun the limit.
 
 A raw QAP has no hierarchy: the method then runs the dense greedy construction and swaps.
 Not exact: ``optimal`` only when the lower bound meets the result.
@@ -582,13 +584,15 @@ def hierarchical(
     tried = 0
     # the wide variant (module docstring, step 3) where a split is cheap enough to try more
     variants = VARIANTS if problem.n_workers <= WIDER_SPLIT_MAX else ("plain",)
-    longest = 0.0  # the longest pass so far: under a deadline, none starts that would overrun
+    # under a deadline no pass starts that would overrun, by the longest so far with a margin
+    # (a pass of the other partitioner or on another candidate set can take half as long again)
+    longest = 0.0
     for level, locs in sets:
         for name in _partitioner_order(problem, names, locs):
             for variant in variants:
                 now = time.perf_counter()
                 if best is not None and deadline is not None:
-                    if now > start + 0.5 * (deadline - start) or now + longest > deadline:
+                    if now > start + 0.5 * (deadline - start) or now + 1.5 * longest > deadline:
                         break
                 assignment, info = decompose(problem, graph, name, seed, locs, variant)
                 longest = max(longest, time.perf_counter() - now)
@@ -602,7 +606,12 @@ def hierarchical(
     stats["candidates_tried"] = tried
     stats["decompose_seconds"] = round(time.perf_counter() - start, 4)
     moves = 0
-    if options.get("refine", True):
+    # a descent pass over the whole problem costs about a decomposition pass: under a deadline
+    # that leaves less than one, the refinement would only overrun it
+    late = deadline is not None and deadline - time.perf_counter() < longest
+    if late:
+        stats["refine_skipped"] = True
+    if options.get("refine", True) and not late:
         kicks = int(options.get("kicks", -1 if deadline is not None else 0))
         assignment, moves = sparse_refine(problem, assignment, deadline, graph, seed, kicks)
     return SolverOutput(
