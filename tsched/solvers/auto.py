@@ -339,15 +339,12 @@ def _single(
             current, label, value = out, "cpsat", best
     if problem.cluster is not None:
         left = limit - (time.perf_counter() - start)
-        share = left / 2 if n > TABU_MAX_WORKERS else left / 3  # no tabu stage above the limit
-        if compact:
-            share = left / 4  # then CP-SAT, from the better plan, with the rest
+        large = n > TABU_MAX_WORKERS  # no tabu stage: the decomposition refines its own plan
+        # with all the time left; a small exact model takes the rest after a quarter of it
+        share = left if large else left / 4 if compact else left / 3
         # one decomposition of one candidate set costs about what greedy spent constructing
         # on one (the same sets, the same graph); it cannot stop midway
         per_pass = _pass_estimate(greedy)
-        large = n > TABU_MAX_WORKERS
-        if large:
-            share = left  # the decomposition refines its plan itself with the time it has left
         if large and left < per_pass:
             steps.add("decomposition skipped: one pass would overrun the budget",
                       "hierarchical", None, expected_pass_s=round(per_pass, 3),
