@@ -52,6 +52,7 @@ from tsched.errors import InputError
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.base import Count, Flag, SolverOutput, register
 from tsched.solvers.baselines import domain_columns
+from tsched.solvers.bounds.groups import heavy_labels
 from tsched.solvers.greedy import candidate_sets, construct_dense, local_search
 
 __all__ = ["hierarchical", "partition", "sparse_refine", "nested_keys", "PARTITIONERS"]
@@ -276,22 +277,13 @@ def _atom_fill(
 
 def heavy_atom(problem: PlacementProblem) -> int:
     """The size of the job's heavy blocks (a TP group): the connected components of the pairs
-    that carry at least half the heaviest pair's traffic, when they all have one size (else 1).
-    Even splits in whole blocks keep them together (cached on the problem)."""
-
-    def build() -> int:
-        from scipy.sparse.csgraph import connected_components
-
-        graph = problem.flow_symmetric()
-        if graph.nnz == 0:
-            return 1
-        heavy = graph.multiply(graph >= 0.5 * graph.data.max()).tocsr()
-        heavy.eliminate_zeros()
-        _, label = connected_components(heavy, directed=False)
-        sizes = np.unique(np.bincount(label))
-        return int(sizes[0]) if len(sizes) == 1 and sizes[0] > 1 else 1
-
-    return problem.cached("heavy_atom", build)
+    that carry at least half the heaviest pair's traffic (:func:`heavy_labels`), when they all
+    have one size (else 1). Even splits in whole blocks keep them together."""
+    label = heavy_labels(problem)
+    if label is None:
+        return 1
+    sizes = np.unique(np.bincount(label))
+    return int(sizes[0]) if len(sizes) == 1 and sizes[0] > 1 else 1
 
 
 def _even_sizes(caps: np.ndarray, n: int, unit: int = 1) -> np.ndarray:

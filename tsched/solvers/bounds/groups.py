@@ -25,7 +25,7 @@ import numpy as np
 
 from tsched.problem import PlacementProblem
 
-__all__ = ["HeavyGroups", "heavy_groups", "domain_capacity_cuts", "group_form"]
+__all__ = ["HeavyGroups", "heavy_labels", "heavy_groups", "domain_capacity_cuts", "group_form"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,24 @@ class HeavyGroups:
     least_cut: float  # λ: the smallest global minimum cut of a group's own traffic (GB)
 
 
+def heavy_labels(problem: PlacementProblem) -> np.ndarray | None:
+    """A component label per worker over the pairs that carry at least half the heaviest
+    pair's traffic (None without traffic). Cached: the bounds here and the decomposition's
+    whole-block splits share it."""
+
+    def build() -> np.ndarray | None:
+        from scipy.sparse.csgraph import connected_components
+
+        graph = problem.flow_symmetric().tocsr()
+        if graph.nnz == 0:
+            return None
+        heavy = graph.multiply(graph >= 0.5 * graph.data.max()).tocsr()
+        heavy.eliminate_zeros()
+        return connected_components(heavy, directed=False)[1]
+
+    return problem.cached("heavy_labels", build)
+
+
 def heavy_groups(problem: PlacementProblem) -> HeavyGroups | None:
     """The heavy groups (module docstring) when they all have one size of at least 2 and cover
     every worker with traffic; None otherwise (cached)."""
@@ -44,14 +62,11 @@ def heavy_groups(problem: PlacementProblem) -> HeavyGroups | None:
 
 
 def _heavy_groups(problem: PlacementProblem) -> HeavyGroups | None:
-    from scipy.sparse.csgraph import connected_components
-
-    graph = problem.flow_symmetric().tocsr()
-    if graph.nnz == 0:
+    label = heavy_labels(problem)
+    if label is None:
         return None
-    heavy = graph.multiply(graph >= 0.5 * graph.data.max()).tocsr()
-    heavy.eliminate_zeros()
-    count, label = connected_components(heavy, directed=False)
+    graph = problem.flow_symmetric().tocsr()
+    count = int(label.max()) + 1
     sizes = np.bincount(label, minlength=count)
     if len(np.unique(sizes)) != 1 or sizes[0] < 2:
         return None
@@ -135,12 +150,9 @@ def group_form(problem: PlacementProblem, span: int) -> tuple[np.ndarray, float]
 
 def _between_degrees(problem: PlacementProblem) -> tuple[np.ndarray, float]:
     """Each worker's traffic to other groups (descending) and the total between groups."""
-    from scipy.sparse.csgraph import connected_components
-
     graph = problem.flow_symmetric().tocoo()
-    heavy = problem.flow_symmetric().tocsr()
-    heavy = heavy.multiply(heavy >= 0.5 * heavy.data.max()).tocsr()
-    _, label = connected_components(heavy, directed=False)
+    label = heavy_labels(problem)
+    assert label is not None  # called only where heavy groups exist
     cross = label[graph.row] != label[graph.col]
     degree = np.bincount(graph.row[cross], weights=graph.data[cross], minlength=problem.n_workers)
     return np.sort(degree)[::-1], float(graph.data[cross].sum()) / 2
