@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="seconds at the start of each run left out of the metrics",
     )
+    parser.add_argument("--per-slot", type=int, default=4,
+                        help="programs per slot of concurrency over a run (default 4; a longer "
+                        "run needs more, or its window ends when the programs run out)")
     parser.add_argument("--arms", default=",".join(ARMS), help="arms to compare, in run order")
     parser.add_argument(
         "--engine",
@@ -162,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             2, CAPACITY, profile, work, layout="shared", router_modes=modes, thunderagent=ta
         ) as reps:
             for conc in levels:
-                w = WORKLOADS["swe"].with_load(concurrency=conc, programs=conc * 4)
+                w = WORKLOADS["swe"].with_load(concurrency=conc, programs=conc * args.per_slot)
                 for run in range(args.runs):
                     for a, arm in enumerate(arms):
                         text_seed = 1000 * (conc * args.runs + run) + a
@@ -226,6 +229,7 @@ def write_report(
         f"python -m benchmarks.agentic_live --runs {args.runs} --duration {args.duration:g} "
         f"--warmup {args.warmup:g} --concurrency {args.concurrency} --engine {args.engine} "
         f"--arms {args.arms}" + (f" --name {args.name}" if args.name else "")
+        + (f" --per-slot {args.per_slot}" if args.per_slot != 4 else "")
     )
     text = [
         "# Agentic serving live: Dynamo's routers, its ThunderAgent port and the tsched proxy on "
@@ -250,8 +254,9 @@ def write_report(
         "`dynamo.thunderagent_router` (`" + " ".join(THUNDERAGENT_FLAGS) + "`, its other "
         "settings default). `dynamo-*` arms send the programs to those; the other arms are "
         "`tsched agents serve` with that policy, reaching each worker through the round-robin "
-        "frontend pinned to it. SWE-like programs (preset `swe`) from `tsched agents bench`, "
-        f"{args.duration:g} s per run, the first {args.warmup:g} s left out of the metrics; arms "
+        "frontend pinned to it. SWE-like programs (preset `swe`, "
+        f"{args.per_slot} programs per slot of concurrency) from `tsched agents bench`, "
+        f"{args.duration:g} s per run (the window ends sooner if the programs run out), the first {args.warmup:g} s left out of the metrics; arms "
         "interleaved within each run, each with its own prompt words. Proxy arms are simulated "
         "with the same seed, horizon and warm-up. Mean ± 95 % CI half-width over runs; "
         "'apart' where the two CIs do not overlap.",
