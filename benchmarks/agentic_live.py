@@ -121,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="seconds at the start of each run left out of the metrics",
     )
-    parser.add_argument("--per-slot", type=int, default=4,
-                        help="programs per slot of concurrency over a run (default 4; a longer "
-                        "run needs more, or its window ends when the programs run out)")
+    parser.add_argument(
+        "--per-slot",
+        type=int,
+        default=4,
+        help="programs per slot of concurrency over a run (default 4; a longer "
+        "run needs more, or its window ends when the programs run out)",
+    )
     parser.add_argument("--arms", default=",".join(ARMS), help="arms to compare, in run order")
     parser.add_argument(
         "--engine",
@@ -131,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(ENGINES),
         help="engine profile of the mocker workers (default: its own timing)",
     )
-    parser.add_argument("--name", default=None,
-                        help="section of agentic_live.md (default: the engine; none for mocker)")
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="section of agentic_live.md (default: the engine; none for mocker)",
+    )
     parser.add_argument(
         "--from-csv",
         default=None,
@@ -228,7 +235,8 @@ def write_report(
     command = (
         f"python -m benchmarks.agentic_live --runs {args.runs} --duration {args.duration:g} "
         f"--warmup {args.warmup:g} --concurrency {args.concurrency} --engine {args.engine} "
-        f"--arms {args.arms}" + (f" --name {args.name}" if args.name else "")
+        f"--arms {args.arms}"
+        + (f" --name {args.name}" if args.name else "")
         + (f" --per-slot {args.per_slot}" if args.per_slot != 4 else "")
     )
     text = [
@@ -256,7 +264,8 @@ def write_report(
         "`tsched agents serve` with that policy, reaching each worker through the round-robin "
         "frontend pinned to it. SWE-like programs (preset `swe`, "
         f"{args.per_slot} programs per slot of concurrency) from `tsched agents bench`, "
-        f"{args.duration:g} s per run (the window ends sooner if the programs run out), the first {args.warmup:g} s left out of the metrics; arms "
+        f"{args.duration:g} s per run (the window ends sooner if the programs run out), the "
+        f"first {args.warmup:g} s left out of the metrics; arms "
         "interleaved within each run, each with its own prompt words. Proxy arms are simulated "
         "with the same seed, horizon and warm-up. Mean ± 95 % CI half-width over runs; "
         "'apart' where the two CIs do not overlap.",
