@@ -52,6 +52,7 @@ class Cell:
     config: SchedulerConfig | None = None
     horizon: float | None = None
     keep_records: bool = True
+    warmup: float = 0.0
 
     @property
     def concurrency(self) -> int:
@@ -69,6 +70,7 @@ def _run(cell: Cell) -> SimResult:
         config=cell.config,
         horizon=cell.horizon,
         keep_records=cell.keep_records,
+        warmup=cell.warmup,
     )
 
 
