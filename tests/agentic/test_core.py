@@ -404,6 +404,20 @@ def test_a_program_past_its_quantum_gives_way_to_a_slower_paused_one():
     assert s.programs["a"].service == pytest.approx(2.0)  # two calls of 1 s each
 
 
+def test_the_longest_pause_of_any_call_outlives_its_program():
+    # /programs and /metrics report it for the whole run: the live benchmark reads it at the end,
+    # after the client has released every program
+    s, clock = sched("tsched", caps=(1000,), idle_ttl=None)
+    s.request("a", 600)
+    clock.t = 1.0
+    s.request("b", 600)  # waits: no room
+    clock.t = 4.0
+    s.response("a", 600, 0)
+    assert s.release("a") == [("b", 0)]  # b is sent at 4 s
+    s.release("b")
+    assert s.programs == {} and s.snapshot()["longest_pause_s"] == pytest.approx(3.0)
+
+
 def test_inside_its_quantum_or_with_fair_share_off_a_program_keeps_its_replica():
     for kw in ({"quantum_steps": 3}, {"fair": False}):
         s, clock = sched("tsched", caps=(1000,), idle_ttl=None, **kw)

@@ -151,6 +151,7 @@ class ProgramScheduler:
         self.prefix_seen = 0  # the system prompt every program shares (first calls' hits)
         self.call_time = 0.0  # EMA of seconds from sending a call to its answer
         self.step_time = 0.0  # EMA of a call's latency, from asking to its answer
+        self.longest_pause = 0.0  # seconds, the longest any call waited to be sent (ever)
         self.rules = POLICY_CLASSES[policy](self)  # what the policy decides
 
     # ------------------------------------------------------------------ events
@@ -372,6 +373,7 @@ class ProgramScheduler:
                 for i, r in enumerate(self.replicas)
             ],
             "stats": dict(self.stats),
+            "longest_pause_s": round(self.longest_pause, 3),
         }
 
     # ------------------------------------------------------------------ internals
@@ -393,6 +395,7 @@ class ProgramScheduler:
         self.replicas[prog.replica].inflight += prog.pending
         prog.sent_at = self.clock()
         prog.longest_pause = max(prog.longest_pause, prog.sent_at - prog.asked_at)
+        self.longest_pause = max(self.longest_pause, prog.longest_pause)
         prog.sent_tokens += (prog.tokens + self.output) * prog.pending
         prog.pending = 0
         return [(prog.id, prog.replica)]
@@ -539,9 +542,7 @@ class ProgramScheduler:
                 self.pause(prog, now)
             if over <= 0:
                 continue
-            reasoning = self.rules.pause_order(
-                p for p in progs if p.inflight > 0 and not p.marked
-            )
+            reasoning = self.rules.pause_order(p for p in progs if p.inflight > 0 and not p.marked)
             for prog in reasoning:
                 if over <= 0:
                     break

@@ -419,6 +419,11 @@ async def _metrics(request: Any) -> Any:
                 paused.add_metric([pid], prog.longest_pause)
             yield served
             yield paused
+            yield GaugeMetricFamily(
+                "tsched_agents_longest_pause_seconds",
+                "the longest any call waited to be sent, released programs included",
+                value=sched.longest_pause,
+            )  # fmt: skip
             for key, value in sched.stats.items():
                 yield CounterMetricFamily(f"tsched_agents_{key}", f"scheduler {key}", value=value)
             for key, value in state.counts.items():
