@@ -113,7 +113,7 @@ def run_arm(
             return unseen_pause(res)
         mode = arm.removeprefix("dynamo-")
         res = asyncio.run(run_bench(workload, reps.frontends[mode], release="none", **common))
-    return unseen_pause(res)
+        return unseen_pause(res)
     proc, url = start_proxy(arm, reps.urls, work, args.engine)
     try:
         res = asyncio.run(run_bench(workload, url, **common))
