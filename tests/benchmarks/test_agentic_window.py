@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.agentic_window import LIVE_WINDOW, WHOLE, frontier_points, nearest, verdicts
+from benchmarks.agentic_window import LIVE_WINDOW, LONG_WINDOW, frontier_points, nearest, verdicts
 
 
 def rows_of(study, window, arm, steps, jain, c=35):
@@ -16,7 +16,7 @@ def rows_of(study, window, arm, steps, jain, c=35):
 
 def synthetic() -> list[dict]:
     rows = []
-    for window in (LIVE_WINDOW, WHOLE):
+    for window in (LIVE_WINDOW, LONG_WINDOW):
         rows += rows_of("window", window, "round-robin", [100, 120, 110], 0.95)
         rows += rows_of("window", window, "tsched", [160, 190, 175], 0.85)
         rows += rows_of("frontier", window, "fast", [185, 222, 203], 0.70)  # ~1.85x
@@ -26,7 +26,7 @@ def synthetic() -> list[dict]:
 
 def test_frontier_points_are_paired_ratios_against_round_robin_over_the_same_window():
     pts = frontier_points(synthetic())
-    assert set(pts) == {str(LIVE_WINDOW), WHOLE}
+    assert set(pts) == {str(LIVE_WINDOW), str(LONG_WINDOW)}
     by = {name: (x, j) for name, x, j in pts[str(LIVE_WINDOW)]}
     assert by["fair"] == (pytest.approx(1.5), pytest.approx(0.93))
     assert by["fast"][0] == pytest.approx(1.85, abs=0.01)
@@ -42,5 +42,5 @@ def test_nearest_is_the_smallest_largest_relative_shortfall():
 def test_the_verdict_says_no_setting_reaches_both_goals_and_by_how_much():
     text = "\n".join(verdicts(synthetic(), [35], None))
     assert "no setting reaches it" in text and "short of a goal" in text
-    rows = synthetic() + rows_of("frontier", WHOLE, "both", [200, 240, 220], 0.95)
+    rows = synthetic() + rows_of("frontier", LONG_WINDOW, "both", [200, 240, 220], 0.95)
     assert "**reached** by both" in "\n".join(verdicts(rows, [35], None))
