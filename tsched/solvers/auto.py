@@ -188,40 +188,34 @@ def _by_component(
         key = _component_key(problem, workers)
         if key in proofs:  # the same traffic up to relabelling: the same bound alone
             part_bound, twin = proofs[key]
-            bound_sum += part_bound if part_bound is not None else -np.inf
+            label += (f" on the GPUs left (identical to component {twin + 1}: its bound alone "
+                      "reused)")  # fmt: skip
             locs = np.flatnonzero(free)
             sub = problem.restrict(workers, locs)
             out = _single(sub, began, share, seed, _Steps(sub), known=part_bound)
-            used = out.method or "auto"
-            methods.append(used)
-            assignment[workers] = locs[out.assignment]
-            free[locs[out.assignment]] = False
-            steps.add(f"{label} on the GPUs left (identical to component {twin + 1}: its bound "
-                      "alone reused)", used, None, objective=objective(sub, out.assignment),
-                      bound=part_bound, inner=out.stats.get("auto_steps", []))  # fmt: skip
-            continue
-        whole = problem.restrict(workers)  # the component alone, on every usable GPU (connected)
-        solo = _single(whole, began, share if free.all() else share / 2, seed, _Steps(whole))
-        solo_value = objective(whole, solo.assignment)
-        # its bounds (cached on ``whole`` by the run; finished only if the run did not meet one)
-        part_bound, _ = best_bound(whole, target=solo_value, thorough=True)
-        if solo.bound is not None:  # proved on every usable GPU: a bound for the joint problem
-            part_bound = max(part_bound if part_bound is not None else -np.inf, solo.bound)
-        bound_sum += part_bound if part_bound is not None else -np.inf
-        proofs[key] = (part_bound, k)
-        if np.all(free[solo.assignment]):  # its own best plan is still free: take it
-            out, locs, sub = solo, np.arange(problem.n_locations), whole
         else:
-            steps.add(f"{label} alone on all GPUs, for its bound", solo.method or "auto", None,
-                      objective=solo_value, bound=part_bound,
-                      inner=solo.stats.get("auto_steps", []))  # fmt: skip
-            locs = np.flatnonzero(free)
-            sub = problem.restrict(workers, locs)
-            now = time.perf_counter()
-            rest = max(0.05, share - (now - began))
-            # fewer GPUs can only cost more: the run alone bounds this one too
-            out = _single(sub, now, rest, seed, _Steps(sub), known=part_bound)
-            label += " on the GPUs left"
+            whole = problem.restrict(workers)  # the component alone, on every usable GPU
+            solo = _single(whole, began, share if free.all() else share / 2, seed, _Steps(whole))
+            solo_value = objective(whole, solo.assignment)
+            # its bounds (cached on ``whole`` by the run; finished only if the run met none)
+            part_bound, _ = best_bound(whole, target=solo_value, thorough=True)
+            if solo.bound is not None:  # proved on every usable GPU: bounds the joint problem
+                part_bound = max(part_bound if part_bound is not None else -np.inf, solo.bound)
+            proofs[key] = (part_bound, k)
+            if np.all(free[solo.assignment]):  # its own best plan is still free: take it
+                out, locs, sub = solo, np.arange(problem.n_locations), whole
+            else:
+                steps.add(f"{label} alone on all GPUs, for its bound", solo.method or "auto",
+                          None, objective=solo_value, bound=part_bound,
+                          inner=solo.stats.get("auto_steps", []))  # fmt: skip
+                locs = np.flatnonzero(free)
+                sub = problem.restrict(workers, locs)
+                now = time.perf_counter()
+                rest = max(0.05, share - (now - began))
+                # fewer GPUs can only cost more: the run alone bounds this one too
+                out = _single(sub, now, rest, seed, _Steps(sub), known=part_bound)
+                label += " on the GPUs left"
+        bound_sum += part_bound if part_bound is not None else -np.inf
         used = out.method or "auto"
         methods.append(used)
         assignment[workers] = locs[out.assignment]
