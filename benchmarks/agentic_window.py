@@ -243,6 +243,8 @@ def plot(rows, levels, windows, folder) -> list:
         ax.axhline(0.9, color="0.5", ls=":", lw=1)
         ax.axvline(LIVE_WINDOW, color="0.7", ls="--", lw=1)
         ax.set_xscale("log", base=2)
+        ax.set_xticks(finite, [f"{w:g}" for w in finite])
+        ax.minorticks_off()
         ax.set_xlabel("window after a 60 s warm-up (s)")
         ax.set_ylabel("Jain (steps per program-s)")
         ax.set_title(f"{c} programs, prefill-heavy")
