@@ -99,7 +99,11 @@ class SchedulerConfig:
         programs of an over-full replica are paused fastest first, and a program whose call is
         answered after it has run its quantum gives way (is paused) when a paused program
         progresses at under ``1 / rotation_ratio`` of its rate. Off: tsched as before (queue
-        order, smallest paused first).
+        order, smallest paused first). Programs are served in turns, so fairness shows over
+        a window of several turns: at 35 SWE-like programs on two prefill-heavy replicas, Jain
+        0.81 over 90 s, 0.92 over 180 s and 0.96 over 360 s (``benchmarks/results/
+        agentic_window.md``, which also maps what ``rotation_overhead`` and
+        ``rotation_ratio`` trade).
     rotation_overhead
         tsched fair share: the share of replica time rotation may cost; it sizes the quantum
         (:meth:`~tsched.agentic.policies.tsched.Tsched.quantum`): a rotation costs one
