@@ -4,6 +4,7 @@ with; plots stored compactly; one report per benchmark, variants as its sections
 
 from __future__ import annotations
 
+import csv
 import os
 import platform
 import re
@@ -121,6 +122,16 @@ def write_result(name: str, text: str, *, section: str | None = None) -> Path:
     folder = RESULTS / name
     if folder.is_dir():
         compact_pngs(folder)
+    return path
+
+
+def write_rows(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """Write ``rows`` (dicts with the same keys) as a CSV file at ``path``, its folder made."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
     return path
 
 

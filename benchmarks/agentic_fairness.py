@@ -18,7 +18,6 @@ Writes ``benchmarks/results/agentic_fairness.md``, ``agentic_fairness/runs.csv``
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import RESULTS, machine, markdown_table, write_result
+from benchmarks._common import RESULTS, machine, markdown_table, write_result, write_rows
 from tsched.agentic.core import SchedulerConfig
 from tsched.agentic.engine import PRESETS as ENGINES
 from tsched.agentic.study import Cell, run_cells
@@ -213,11 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             for (key, _c), res in zip(jobs, results, strict=True)]  # fmt: skip
     name = "agentic_fairness" + ("-quick" if args.quick else "")
     folder = RESULTS / name
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "runs.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(folder / "runs.csv", rows)
     pics = plot(rows, levels, folder)
     minutes = (time.time() - started) / 60
     text = "\n".join([

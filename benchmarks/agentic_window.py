@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import RESULTS, machine, markdown_table, write_result
+from benchmarks._common import RESULTS, machine, markdown_table, write_result, write_rows
 from tsched.agentic.core import SchedulerConfig
 from tsched.agentic.engine import PRESETS as ENGINES
 from tsched.agentic.study import Cell, run_cells
@@ -46,8 +46,15 @@ WARMUP = 60.0
 LIVE_WINDOW = 90.0  # agentic_live: 150 s runs, the first 60 s left out
 LONG_WINDOW = 180.0  # agentic_live § prefill-heavy-long: 240 s runs
 FRONTIER = (LIVE_WINDOW, LONG_WINDOW)
-KEPT = ("steps_per_min", "fairness", "cache_hit_rate", "p50_step_s", "p99_step_s",
-        "slowdown_p99", "pause_over_step")  # the metrics runs.csv keeps
+KEPT = (
+    "steps_per_min",
+    "fairness",
+    "cache_hit_rate",
+    "p50_step_s",
+    "p99_step_s",
+    "slowdown_p99",
+    "pause_over_step",
+)  # the metrics runs.csv keeps
 LIVE_SECTIONS = ("prefill-heavy-fair", "prefill-heavy-long")  # agentic_live at 90 s and 180 s
 WHOLE = "whole run"
 ARMS: dict[str, tuple[str, SchedulerConfig | None]] = {
@@ -292,11 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         r["window"] = str(r["window"])
     name = "agentic_window" + ("-quick" if args.quick else "")
     folder = RESULTS / name
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "runs.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(folder / "runs.csv", rows)
     pics = plot(rows, levels, windows, folder)
     minutes = (time.time() - started) / 60
     text = "\n".join([
