@@ -18,6 +18,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from tsched.stats import ci95, paired_ci95
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,6 +135,26 @@ def write_rows(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def mean_ci(rows: Sequence[dict[str, Any]], metric: str, digits: int = 2) -> str:
+    """``metric``'s mean ± its Student-t 95 % half-width over ``rows`` (NaNs left out; "–"
+    when none is left)."""
+    values = [r[metric] for r in rows if r[metric] == r[metric]]
+    if not values:
+        return "–"
+    m, _lo, hi = ci95(values)
+    return f"{m:.{digits}f} ± {hi - m:.{digits}f}"
+
+
+def paired_ratio(
+    ours: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]], metric: str = "steps_per_min"
+) -> tuple[float, float, float]:
+    """The ratio of ``metric``'s means with its 95 % interval, paired by ``seed`` (1 + the
+    paired relative difference, :func:`tsched.stats.paired_ci95`)."""
+    m, lo, hi, _n = paired_ci95({r["seed"]: r[metric] for r in ours},
+                                {r["seed"]: r[metric] for r in theirs})  # fmt: skip
+    return 1 + m, 1 + lo, 1 + hi
 
 
 def replace_section(report: str, section: str, block: str) -> str:

@@ -26,12 +26,20 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import RESULTS, machine, markdown_table, write_result, write_rows
+from benchmarks._common import (
+    RESULTS,
+    machine,
+    markdown_table,
+    mean_ci,
+    paired_ratio,
+    write_result,
+    write_rows,
+)
 from tsched.agentic.core import SchedulerConfig
 from tsched.agentic.engine import PRESETS as ENGINES
 from tsched.agentic.study import Cell, run_cells
 from tsched.agentic.workload import PRESETS as WORKLOADS
-from tsched.stats import ci95, paired_ci95
+from tsched.stats import ci95
 
 REPLICAS = 2
 CAPACITY = 59_000
@@ -68,21 +76,6 @@ def _by(rows) -> dict:
     return by
 
 
-def _ci(rs, metric, digits=2) -> str:
-    v = [r[metric] for r in rs if r[metric] == r[metric]]
-    if not v:
-        return "–"
-    m, _lo, hi = ci95(v)
-    return f"{m:.{digits}f} ± {hi - m:.{digits}f}"
-
-
-def _ratio(ours, theirs, metric="steps_per_min") -> tuple[float, float, float]:
-    """The paired ratio of means with its interval (1 + the paired relative difference)."""
-    m, lo, hi, _n = paired_ci95({r["seed"]: r[metric] for r in ours},
-                                {r["seed"]: r[metric] for r in theirs})  # fmt: skip
-    return 1 + m, 1 + lo, 1 + hi
-
-
 def tables(rows, levels) -> list[str]:
     by = _by(rows)
     out = []
@@ -93,11 +86,12 @@ def tables(rows, levels) -> list[str]:
             for arm in ARMS:
                 rs = by[(profile, c, arm)]
                 ratio = "" if arm == "round-robin" else "{:.2f} [{:.2f}, {:.2f}]".format(
-                    *_ratio(rs, rr))
-                table.append([c, arm, _ci(rs, "steps_per_min", 1), ratio, _ci(rs, "fairness"),
-                              _ci(rs, "slowdown_p50", 1), _ci(rs, "slowdown_p99", 1),
-                              _ci(rs, "p99_step_s", 1), _ci(rs, "longest_pause_s", 0),
-                              _ci(rs, "pause_over_step", 1)])  # fmt: skip
+                    *paired_ratio(rs, rr))
+                table.append([c, arm, mean_ci(rs, "steps_per_min", 1), ratio,
+                              mean_ci(rs, "fairness"), mean_ci(rs, "slowdown_p50", 1),
+                              mean_ci(rs, "slowdown_p99", 1),
+                              mean_ci(rs, "p99_step_s", 1), mean_ci(rs, "longest_pause_s", 0),
+                              mean_ci(rs, "pause_over_step", 1)])  # fmt: skip
         out += [f"\n## Engine profile `{profile}`\n", markdown_table(
             ["programs", "arm", "steps/min", "× round-robin (paired)", "Jain", "slowdown p50",
              "slowdown p99", "p99 step s", "longest pause s", "longest pause / mean step"],
@@ -116,7 +110,7 @@ def verdicts(rows, levels) -> list[str]:
     ph = "prefill-heavy"
     misses = []
     for c in levels:
-        x = _ratio(by[(ph, c, "tsched")], by[(ph, c, "round-robin")])
+        x = paired_ratio(by[(ph, c, "tsched")], by[(ph, c, "round-robin")])
         j = mean(ph, c, "tsched", "fairness")
         ok = x[0] >= 1.6 and j >= 0.9
         misses += [] if ok else [f"{c} programs: {x[0]:.2f}× [{x[1]:.2f}, {x[2]:.2f}], "
@@ -140,7 +134,7 @@ def verdicts(rows, levels) -> list[str]:
     mk = "mocker"
     for c in levels:
         ours, rr = by[(mk, c, "tsched")], by[(mk, c, "round-robin")]
-        x = _ratio(ours, rr)
+        x = paired_ratio(ours, rr)
         p50 = (mean(mk, c, "tsched", "p50_step_s"), mean(mk, c, "round-robin", "p50_step_s"))
         p99 = ci95([r["p99_step_s"] for r in ours]), ci95([r["p99_step_s"] for r in rr])
         j = mean(mk, c, "tsched", "fairness")

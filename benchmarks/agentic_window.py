@@ -4,8 +4,9 @@ what tsched's fair-share knobs trade between throughput and fairness, in simulat
 Jain's index over steps per program-second depends on the stretch it is measured over. Time
 slicing serves a program in turns (a quantum of steps, then a pause while others run), so over a
 stretch of only a few turns programs differ by where their turns fell; round-robin serves every
-program a little all the time. The live benchmark (``agentic_live``) measures 150 s runs after a
-60 s warm-up, a 90 s window; ``agentic_fairness`` measures whole runs, several minutes each.
+program a little all the time. The live benchmark (``agentic_live``) measures 150 s runs with
+the first 60 s left out, a 90 s window; ``agentic_fairness`` measures whole runs, several
+minutes each.
 
 Window: 2 prefill-heavy replicas × 59,000 KV tokens, SWE-like programs (8 per slot of
 concurrency, so that they last past the longest window), 35 and 64 in flight; round-robin,
@@ -32,12 +33,20 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import RESULTS, machine, markdown_table, write_result, write_rows
+from benchmarks._common import (
+    RESULTS,
+    machine,
+    markdown_table,
+    mean_ci,
+    paired_ratio,
+    write_result,
+    write_rows,
+)
 from tsched.agentic.core import SchedulerConfig
 from tsched.agentic.engine import PRESETS as ENGINES
 from tsched.agentic.study import Cell, run_cells
 from tsched.agentic.workload import PRESETS as WORKLOADS
-from tsched.stats import ci95, paired_ci95
+from tsched.stats import ci95
 
 REPLICAS = 2
 CAPACITY = 59_000
@@ -109,18 +118,6 @@ def _group(rows) -> dict:
     return by
 
 
-def _ratio(ours, theirs) -> tuple[float, float, float]:
-    """Paired ratio of mean steps/min (1 + the paired relative difference) with its interval."""
-    m, lo, hi, _n = paired_ci95({r["seed"]: r["steps_per_min"] for r in ours},
-                                {r["seed"]: r["steps_per_min"] for r in theirs})  # fmt: skip
-    return 1 + m, 1 + lo, 1 + hi
-
-
-def _ci(rs, metric, digits=3) -> str:
-    m, _lo, hi = ci95([r[metric] for r in rs])
-    return f"{m:.{digits}f} ± {hi - m:.{digits}f}"
-
-
 def frontier_points(rows) -> dict[str, list[tuple[str, float, float]]]:
     """Per window, every frontier setting as (label, × round-robin, mean Jain); round-robin is
     the window study's arm at 35 programs over the same window."""
@@ -131,7 +128,8 @@ def frontier_points(rows) -> dict[str, list[tuple[str, float, float]]]:
         pts = []
         for (study, _c, w, label), rs in by.items():
             if study == "frontier" and w == window and rr:
-                pts.append((label, _ratio(rs, rr)[0], float(np.mean([r["fairness"] for r in rs]))))
+                jain = float(np.mean([r["fairness"] for r in rs]))
+                pts.append((label, paired_ratio(rs, rr)[0], jain))
         out[window] = sorted(pts, key=lambda p: p[1])
     return out
 
@@ -160,10 +158,11 @@ def window_table(rows, levels, windows) -> list[str]:
                 x = (
                     ""
                     if arm == "round-robin"
-                    else "{:.2f} [{:.2f}, {:.2f}]".format(*_ratio(rs, rr))
+                    else "{:.2f} [{:.2f}, {:.2f}]".format(*paired_ratio(rs, rr))
                 )
                 label = window if window == WHOLE else f"{float(window):g} s"
-                table.append([label, arm, _ci(rs, "steps_per_min", 1), x, _ci(rs, "fairness")])
+                table.append([label, arm, mean_ci(rs, "steps_per_min", 1), x,
+                              mean_ci(rs, "fairness", 3)])  # fmt: skip
         out += [f"\n## Jain by window, {c} programs\n", markdown_table(
             ["window", "arm", "steps/min", "× round-robin (paired)", "Jain"], table)]  # fmt: skip
     return out
@@ -186,8 +185,9 @@ def verdicts(rows, levels, live: list[dict[str, Any]] | None) -> list[str]:
     by = _group(rows)
     out = []
     for c in levels:
-        fair = {w: np.mean([r["fairness"] for r in by[("window", c, w, "tsched")]])
-                for (_s, cc, w, arm) in by if cc == c and arm == "tsched"}  # fmt: skip
+        fair = {w: np.mean([r["fairness"] for r in rs])
+                for (study, cc, w, arm), rs in by.items()
+                if study == "window" and cc == c and arm == "tsched"}  # fmt: skip
         ordered = [f"{w if w == WHOLE else f'{float(w):g} s'} {j:.3f}" for w, j in fair.items()]
         out.append(f"- tsched's Jain at {c} programs by window: " + ", ".join(ordered))
     pts = frontier_points(rows)
