@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import tsched
 from benchmarks.fragmented import FAMILIES, free_gpus, states
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds import basic_bound
@@ -33,3 +34,15 @@ def test_planted_states_have_exactly_the_roomy_nodes_they_claim() -> None:
         # the optimum by construction: every pair at the intra-node cost, which no plan beats
         problem = PlacementProblem.build(cluster, state.workload)
         assert abs(basic_bound(problem) - state.optimum) <= 1e-9 * state.optimum
+
+
+def test_an_expert_ring_over_fragmented_nvl72_racks_is_proved_optimal() -> None:
+    """The generator's MoE job on 16 fragmented NVL72 racks (EP4 cliques along a 62-rank ring,
+    no rack holding more than 45 workers): the decomposition fills racks in whole expert
+    cliques and the fiber weights bound each rack's share, so ``auto`` proves its plan."""
+    state = states(8, seed=0)[7]
+    assert state.label.startswith("tp1-dp62-ep4 on nvl72-1152")
+    problem = PlacementProblem.build(state.cluster, state.workload)
+    result = tsched.solve(problem, method="auto", seed=0)
+    assert result.status == "optimal"
+    assert result.bound is not None and result.bound >= result.objective * (1 - 1e-9)

@@ -13,6 +13,7 @@ from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers import _sparse_kernel as K
 from tsched.solvers.hierarchical import (
+    block_units,
     have_metis,
     nested_keys,
     partition,
@@ -286,3 +287,10 @@ def test_wide_decomposition_chooses_racks_by_capacity_across_leaves() -> None:
     auto = tsched.solve(problem, method="auto", seed=0, time_limit=10)
     assert auto.objective <= plan.objective + 1e-9
     assert auto.bound is not None and auto.gap is not None and auto.gap < 0.002
+
+
+def test_block_units_are_the_small_divisors_of_the_job_and_its_atom() -> None:
+    assert block_units(248, 1) == [2, 4, 8]
+    assert block_units(96, 1) == [2, 3, 4, 6, 8, 12, 16]
+    assert block_units(7, 1) == []
+    assert block_units(64, 32) == [2, 4, 8, 16, 32]

@@ -24,7 +24,9 @@ are not complete, uniform or empty:
    leave the tree, so racks are chosen by capacity wherever they are, and each split also
    tries the k largest children filled evenly (k up to two more than the fewest), in whole
    heavy blocks (a TP group: :func:`heavy_atom`) and not — smaller parts can follow the job's
-   own blocks, such as a pipeline stage per rack — and the split that keeps the most blocks
+   own blocks, such as a pipeline stage per rack — the fewest children filled in whole blocks
+   of each small divisor of the job's size (:func:`block_units`: expert cliques stay whole
+   when a rack's free GPUs are no multiple of them), and the split that keeps the most blocks
    whole (each child holds as many as its nodes have room for); a *blocks* decomposition
    takes that split wherever it exists. The plan with the smallest objective wins.
 4. On a node, workers take its free GPUs in order; then a sparse local search over the whole
@@ -55,7 +57,14 @@ from tsched.solvers.baselines import domain_columns
 from tsched.solvers.bounds.groups import heavy_labels
 from tsched.solvers.greedy import candidate_sets, construct_dense, local_search
 
-__all__ = ["hierarchical", "partition", "sparse_refine", "nested_keys", "PARTITIONERS"]
+__all__ = [
+    "hierarchical",
+    "partition",
+    "sparse_refine",
+    "nested_keys",
+    "block_units",
+    "PARTITIONERS",
+]
 
 PARTITIONERS = ("best", "grow", "metis")
 
@@ -231,6 +240,11 @@ def _wider_splits(
     _, inv, counts = np.unique(child, return_inverse=True, return_counts=True)
     largest = np.argsort(-counts, kind="stable")
     units = (1, atom) if atom > 1 and n % atom == 0 else (1,)
+    for unit in block_units(n, atom):
+        filled = _unit_fill(counts, n, unit)
+        if filled is not None:
+            used = np.flatnonzero(filled > 0)
+            out.append(([np.flatnonzero(inv == c) for c in used], filled[used]))
     for k in range(len(groups), min(len(groups) + 3, len(counts) + 1)):
         more = [np.flatnonzero(inv == c) for c in largest[:k]]
         for unit in units:
@@ -238,6 +252,37 @@ def _wider_splits(
             if int(wider.sum()) == n and np.all(wider > 0):
                 out.append((more, wider))
     return out
+
+
+#: Largest block of workers :func:`block_units` aligns a split with.
+BLOCK_UNIT_MAX = 16
+
+
+def block_units(n: int, atom: int) -> list[int]:
+    """Block sizes a split's parts can be whole multiples of: the divisors of ``n`` from 2 up to
+    :data:`BLOCK_UNIT_MAX` and the heavy atom. A job's small groups (expert cliques, TP rings,
+    a pipeline's stages) have such sizes; a part that holds whole groups cuts none of them."""
+    units = {u for u in range(2, min(BLOCK_UNIT_MAX, n - 1) + 1) if n % u == 0}
+    if 1 < atom < n and n % atom == 0:
+        units.add(atom)
+    return sorted(units)
+
+
+def _unit_fill(counts: np.ndarray, n: int, unit: int) -> np.ndarray | None:
+    """The fewest children by free capacity, each taking whole blocks of ``unit`` workers (its
+    capacity rounded down to a multiple), the last one the rest; None when that needs more
+    children than rounding down leaves room in, or is the same as one child."""
+    sizes = np.zeros(len(counts), dtype=np.int64)
+    left = n
+    for c in np.argsort(-counts, kind="stable"):
+        if left <= 0:
+            break
+        take = min(left, int(counts[c]) // unit * unit)
+        sizes[c] = take
+        left -= take
+    if left > 0 or np.count_nonzero(sizes) < 2:
+        return None
+    return sizes
 
 
 def _atom_fill(

@@ -32,6 +32,10 @@ optimal. :func:`best_bound` combines the applicable ones and caches the result o
   enumerated exactly, joined by matchings (:func:`block_cut_cpsat`).
   Exact for the symmetric blocks of MoE layouts, which the eigenvalues cannot see; it searches,
   so :func:`best_bound` computes it only when asked to be thorough.
+- fiber weights (:mod:`~tsched.solvers.bounds.fibers`, inside packing and nested) — densest
+  weights for domains larger than the search reaches (racks, leaves): the layout cut into
+  small fibers along a ring or path dimension, a dynamic programme over their counts. Exact for
+  an MoE job's expert cliques along its data-parallel ring.
 - domain capacity (:mod:`~tsched.solvers.bounds.groups`, inside packing and nested) — the
   job's heavy groups (TP rings, replicas) that the domains' free GPUs cannot hold whole, each
   cutting at least its own least cut.
@@ -51,7 +55,7 @@ Modules: :mod:`~tsched.solvers.bounds.basic` (basic bound, linear floor),
 :mod:`~tsched.solvers.bounds.spectral`, :mod:`~tsched.solvers.bounds.layout` (product
 structure of parallel layouts), :mod:`~tsched.solvers.bounds.symmetry` (verified orbits of the
 workers), :mod:`~tsched.solvers.bounds.densest` (densest-subgraph weights and the knapsack over
-domains), :mod:`~tsched.solvers.bounds.groups` (heavy groups and domain capacity),
+domains), :mod:`~tsched.solvers.bounds.fibers` (densest weights of large sets from fibers), :mod:`~tsched.solvers.bounds.groups` (heavy groups and domain capacity),
 :mod:`~tsched.solvers.bounds.projection`, :mod:`~tsched.solvers.bounds.packing`,
 :mod:`~tsched.solvers.bounds.cut_cpsat`, :mod:`~tsched.solvers.bounds.partition` and
 :mod:`~tsched.solvers.bounds.nested`. Each imports only the families below it; none imports

@@ -14,7 +14,7 @@ import numpy as np
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.densest import greedy_densest, search_inputs
 
-__all__ = ["layout_factors", "MAX_FACTOR", "layout_weights"]
+__all__ = ["layout_factors", "layout_grid", "MAX_FACTOR", "layout_weights"]
 
 
 def layout_factors(problem: PlacementProblem) -> list[np.ndarray] | None:
@@ -42,6 +42,16 @@ def _layout_factors(problem: PlacementProblem) -> list[np.ndarray] | None:
         grid = _rank_digits(problem)
         factors = None if grid is None else _grid_factors(problem, grid)
     return factors
+
+
+def layout_grid(problem: PlacementProblem) -> np.ndarray | None:
+    """The job's rank grid: its declared layout's when it has one of the job's size, else the
+    finest numbering its pairs allow (:func:`_rank_digits`); None for neither. Nothing is
+    assumed of the traffic along it."""
+    layout = problem.workload.layout if problem.workload is not None else None
+    if layout is not None and layout.workers == problem.n_workers:
+        return layout.rank_grid()
+    return _rank_digits(problem)
 
 
 def grid_pairs(problem: PlacementProblem, grid: np.ndarray) -> tuple[np.ndarray, Any, np.ndarray]:

@@ -13,7 +13,8 @@ import numpy as np
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
-from tsched.solvers.bounds.densest import degree_ceiling, densest_weights, kept_table
+from tsched.solvers.bounds.densest import degree_ceiling, densest_weights
+from tsched.solvers.bounds.fibers import with_fibers
 from tsched.solvers.bounds.groups import group_form
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
@@ -86,7 +87,7 @@ def nested_bound(problem: PlacementProblem) -> float | None:
             forms.append([(np.zeros(span + 1), 0.0)])
             continue
         ceiling = degree_ceiling(problem)
-        level = [(-np.minimum(kept_table(weights, span, ceiling), total), total)]
+        level = [(-np.minimum(with_fibers(problem, weights, span, ceiling), total), total)]
         if projection and projection[k][1] is not None:  # the form best for this level alone
             level.append(projection[k][1])
         grouped = group_form(problem, span)

@@ -12,6 +12,7 @@ from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
 from tsched.solvers.bounds.densest import degree_ceiling, heaviest_pairs, kept_upper
+from tsched.solvers.bounds.fibers import with_fibers
 from tsched.solvers.bounds.groups import domain_capacity_cuts
 from tsched.solvers.bounds.layout import layout_weights
 from tsched.solvers.bounds.projection import projection_cuts
@@ -108,7 +109,9 @@ def level_cuts(
         if steps[k] <= 0:
             out.append(0.0)
             continue
-        cut = max(total - kept_upper(weights, sizes, n, degree_ceiling(problem)), 0.0)
+        span = int(min(np.max(sizes, initial=0), n))
+        table = with_fibers(problem, weights, span, degree_ceiling(problem))
+        cut = max(total - kept_upper(table, sizes, n), 0.0)
         if spectral:
             cut = max(cut, spectral[k])
         if projection:
