@@ -31,14 +31,16 @@
    :data:`CPSAT_ALONE_WORKERS` workers that run has all the time, and its plan stands.
 3. On a cluster, the hierarchical decomposition (top-down partitioning + sparse local search)
    runs too (given a quarter of the time when the exact model is small, see
-   :data:`UNIT_MODEL_CELLS`; above :data:`TABU_MAX_WORKERS` workers all the time left, and
-   only if one pass — estimated as greedy's construction time per candidate set — fits in
-   it, else it is skipped and ``--explain`` says so), and the better plan of the two goes on
-   (MoE all-to-all traffic is where the partitioning wins; whole nodes and leaves where
+   :data:`UNIT_MODEL_CELLS`; above :data:`SPARSE_SEARCH_WORKERS` workers all the time left,
+   and only if one pass — estimated as greedy's construction time per candidate set — fits
+   in it, else it is skipped and ``--explain`` says so), and the better plan of the two goes
+   on (MoE all-to-all traffic is where the partitioning wins; whole nodes and leaves where
    greedy's domain choice does).
-   Above :data:`TABU_MAX_WORKERS` workers an iterated sparse local search (exchanges and moves
-   near traffic partners, kicks, keep the better) improves it until the time limit.
-4. Robust tabu search improves that plan (up to :data:`TABU_MAX_WORKERS` workers), stopping
+   Above :data:`SPARSE_SEARCH_WORKERS` workers an iterated sparse local search (exchanges and
+   moves near traffic partners, kicks, keep the better) improves it until the time limit or
+   until it meets the bound.
+4. Robust tabu search improves that plan (up to :data:`SPARSE_SEARCH_WORKERS` workers on a
+   cluster, :data:`TABU_MAX_WORKERS` on a raw QAP), stopping
    early if it reaches the bound: with all the time left, or with a third of it when the
    hierarchical CP-SAT model (worker → node, up to :data:`CPSAT_MAX_WORKERS` workers, GPUs of a
    node interchangeable) can then try to prove optimality from that plan. Where that model is
@@ -83,6 +85,12 @@ BNB_SHARE = 0.4
 CPSAT_MAX_WORKERS = 256
 #: Largest worker count improved by tabu search (its moves scan a k × k delta matrix).
 TABU_MAX_WORKERS = 1024
+#: Largest worker count on a cluster improved by tabu search: above it the iterated sparse
+#: local search (:func:`~tsched.solvers.hierarchical.sparse_refine`) has the time instead. Its
+#: moves follow the hierarchy, where dense tabu search scans a k × k delta matrix per move: on
+#: the fragmented states of 288–1,024 workers it was better or level on all but one
+#: (``benchmarks/results/fragmented.md``).
+SPARSE_SEARCH_WORKERS = 256
 #: Largest worker count for which the hierarchical CP-SAT model is tried right after greedy.
 QUICK_CPSAT_WORKERS = 32
 #: Largest worker count for which that CP-SAT run has all the time and nothing else runs: on
@@ -333,8 +341,9 @@ def _single(
             current, label, value = out, "cpsat", best
     if problem.cluster is not None:
         left = limit - (time.perf_counter() - start)
-        large = n > TABU_MAX_WORKERS  # no tabu stage: the decomposition refines its own plan
-        # with all the time left; a small exact model takes the rest after a quarter of it
+        # no tabu stage: the decomposition, then the iterated sparse search to the end; a small
+        # exact model takes the rest after a quarter of it
+        large = n > SPARSE_SEARCH_WORKERS
         share = left if large else left / 4 if compact else left / 3
         # one decomposition of one candidate set costs about what greedy spent constructing
         # on one (the same sets, the same graph); it cannot stop midway
@@ -345,8 +354,9 @@ def _single(
                       left_s=round(left, 3))  # fmt: skip
         else:
             hier = get_solver("hierarchical").fn(
-                problem, time_limit=max(0.05, share), seed=seed, options={}
-            )
+                problem, time_limit=max(0.05, share), seed=seed,
+                options={"kicks": 0} if large else {},
+            )  # fmt: skip
             why_run = (
                 f"decomposition: one pass expected in {per_pass:.2f} s, {left:.2f} s left; "
                 "it partitions the traffic where greedy grows it"
@@ -363,7 +373,7 @@ def _single(
         elif large:
             # too large for dense tabu: iterated sparse search to the end
             refined, moves = sparse_refine(
-                problem, current.assignment, start + limit, seed=seed, kicks=-1
+                problem, current.assignment, start + limit, seed=seed, kicks=-1, target=bound
             )
             if objective(problem, refined) < objective(problem, current.assignment) - tol:
                 message = f"{current.message} + iterated sparse search ({moves} moves)"
@@ -377,12 +387,13 @@ def _single(
             why = f"{label} is within the asked gap {100 * target_gap:g} % of the {source} bound"
             return _choose(current, label, why, steps)
     # improve the start by tabu search: all the time left, or a third of it before CP-SAT
+    tabu_applies = n <= (TABU_MAX_WORKERS if problem.cluster is None else SPARSE_SEARCH_WORKERS)
     left = limit - (time.perf_counter() - start)
     share = left / 3 if exact else left
     if compact:
         steps.add("improvement skipped (a small exact model takes the time)", "tabu", None,
                   cells=n * len(view.capacity) if view is not None else 0)  # fmt: skip
-    elif left > 0.1 and problem.n_workers <= TABU_MAX_WORKERS:
+    elif left > 0.1 and tabu_applies:
         # a raw QAP: no hint, so tabu starts from the better of greedy and FAQ
         hint = {} if problem.cluster is None else {"hint": current.assignment}
         searched = get_solver("tabu").fn(problem, time_limit=share, seed=seed, options=hint)
@@ -397,7 +408,7 @@ def _single(
             return _choose(current, label, f"{label} reached the {source} bound", steps)
     left = limit - (time.perf_counter() - start)
     if not exact or left <= 0.05:
-        searched = "tabu search from " if n <= TABU_MAX_WORKERS else ""
+        searched = "tabu search from " if tabu_applies else ""
         if view is None:
             why = f"{searched}the best of greedy and hierarchical (no exact model: {reason})"
         else:

@@ -17,7 +17,9 @@ are not complete, uniform or empty:
    METIS (``pymetis``, then rebalanced to the exact sizes); Kernighan–Lin exchanges refine
    either. With ``partitioner=best`` (the default) each candidate set is decomposed with both
    (METIS first where the set is whole nodes, graph growing first elsewhere: under a time
-   limit the first may be the only one), and the plan with the smaller objective wins. The
+   limit the first may be the only one), then once more taking at every split the smaller of
+   the two cuts (METIS is often better across spines, graph growing across partly busy nodes),
+   and the plan with the smallest objective wins. The
    same children filled evenly are tried too (the smaller cut stands). Up to
    :data:`WIDER_SPLIT_MAX` workers a *wide* decomposition runs beside it: levels whose
    boundary costs nothing (an NVL72 rack's trays; leaves under spines of the same bandwidth)
@@ -306,12 +308,15 @@ def _atom_fill(
         left -= take
     rest = left * atom
     spare = counts - sizes
-    for c in np.argsort(-spare, kind="stable"):
-        if rest <= 0:
-            break
-        take = min(int(spare[c]), rest)
-        sizes[c] += take
-        rest -= take
+    for whole in (True, False):  # the blocks left over: whole where a child has room for one
+        for c in np.argsort(-spare, kind="stable"):
+            if rest <= 0:
+                break
+            room = int(spare[c]) // atom * atom if whole else int(spare[c])
+            take = min(room, rest)
+            sizes[c] += take
+            spare[c] -= take
+            rest -= take
     if rest > 0:
         return []
     used = np.flatnonzero(sizes > 0)
@@ -419,6 +424,7 @@ def sparse_refine(
     graph: sp.csr_array | None = None,
     seed: int = 0,
     kicks: int = 0,
+    target: float | None = None,
 ) -> tuple[np.ndarray, int]:
     """Sparse local search (step 4) from ``assignment``; returns (assignment, moves).
 
@@ -427,7 +433,9 @@ def sparse_refine(
     up to ``kicks`` rounds (``-1``: until the deadline), an iterated local search: perturb the
     best plan (a few exchanges of a worker with a GPU near one of its traffic partners, or the
     workers of its node exchanged with those of a node next to a partner's), descend again,
-    keep the result only if it is better. Per-GPU linear costs are priced in every move, and
+    keep the result only if it is better; the rounds stop early once the plan is at
+    ``target`` (a lower bound: nothing better exists). Per-GPU linear costs are priced in every
+    move, and
     each worker's cheapest GPU's node joins its candidates. Needs a cluster;
     otherwise returns the input unchanged.
     """
@@ -491,9 +499,10 @@ def sparse_refine(
         return assign, moves
     leaf = problem.location_groups()[bounds[:-1], 0] if len(cl.levels) else np.zeros(1)
     best = objective(problem, assign)
+    reached = -np.inf if target is None else target + 1e-9 * max(1.0, abs(target))
     round_ = 0
     while kicks < 0 or round_ < kicks:
-        if overrun():
+        if overrun() or best <= reached:
             break
         round_ += 1
         saved_assign, saved_occ = assign.copy(), occ.copy()
@@ -571,7 +580,8 @@ def _partitioner_order(
     chosen = problem.locations if locs is None else problem.locations[locs]
     nodes, counts = np.unique(cl.gpu_node[chosen], return_counts=True)
     whole = bool(np.all(counts == cl.gpus_per_node[nodes]))
-    return tuple(sorted(names, key=lambda name: (name != "metis") if whole else (name != "grow")))
+    first = "metis" if whole else "grow"
+    return tuple(sorted(names, key=lambda name: (name != first, name == "best")))
 
 
 @register(
@@ -610,9 +620,9 @@ def hierarchical(
             message=f"hierarchical: no hierarchy (raw QAP): greedy + {swaps} swaps",
         )
     graph = symmetric_graph(problem)
-    names = ("grow", "metis") if partitioner == "best" and have_metis() else (partitioner,)
-    if names == ("best",):
-        names = ("grow",)
+    names: tuple[str, ...] = (partitioner,)
+    if partitioner == "best":  # each alone, then the smaller cut at every split
+        names = ("grow", "metis", "best") if have_metis() else ("grow",)
     sets: list[tuple[str, np.ndarray | None]] = [
         (level, locs) for level, _, locs in candidate_sets(problem)
     ]

@@ -55,7 +55,8 @@ Modules: :mod:`~tsched.solvers.bounds.basic` (basic bound, linear floor),
 :mod:`~tsched.solvers.bounds.spectral`, :mod:`~tsched.solvers.bounds.layout` (product
 structure of parallel layouts), :mod:`~tsched.solvers.bounds.symmetry` (verified orbits of the
 workers), :mod:`~tsched.solvers.bounds.densest` (densest-subgraph weights and the knapsack over
-domains), :mod:`~tsched.solvers.bounds.fibers` (densest weights of large sets from fibers), :mod:`~tsched.solvers.bounds.groups` (heavy groups and domain capacity),
+domains), :mod:`~tsched.solvers.bounds.fibers` (densest weights of large sets from fibers),
+:mod:`~tsched.solvers.bounds.groups` (heavy groups and domain capacity),
 :mod:`~tsched.solvers.bounds.projection`, :mod:`~tsched.solvers.bounds.packing`,
 :mod:`~tsched.solvers.bounds.cut_cpsat`, :mod:`~tsched.solvers.bounds.partition` and
 :mod:`~tsched.solvers.bounds.nested`. Each imports only the families below it; none imports
