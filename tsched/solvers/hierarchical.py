@@ -376,6 +376,7 @@ def decompose(
     node = keys[:, -1]
     n = problem.n_workers
     atom = heavy_atom(problem)
+    labels = heavy_labels(problem) if atom > 1 else None
     assignment = np.empty(n, dtype=np.int64)
     used: dict[str, int] = {}
     cut_total = 0.0
@@ -398,6 +399,10 @@ def decompose(
             continue
         sub = graph[workers][:, workers]
         part, value, name = partition(sub, sizes, partitioner, seed)
+        if variant == "blocks" and labels is not None:  # whole blocks wherever sizes allow
+            whole = _block_partition(sub, labels[workers], sizes, atom, partitioner, seed)
+            if whole is not None:
+                part, value, name = whole
         even = _even_sizes(np.array([len(g) for g in groups]), len(workers))
         wider = [(groups, even)] if not np.array_equal(even, sizes) else []
         if variant == "wide":
@@ -414,6 +419,73 @@ def decompose(
         for p, members in enumerate(groups):
             stack.append((workers[part == p], locs[members], depth + 1))
     return assignment, {"partitions": used, "partition_cut": cut_total}
+
+
+def _block_partition(
+    sub: sp.csr_array,
+    labels: np.ndarray,
+    sizes: np.ndarray,
+    atom: int,
+    partitioner: str,
+    seed: int,
+) -> tuple[np.ndarray, float, str] | None:
+    """:func:`partition` of the heavy blocks instead of the workers: each block (``labels``,
+    all of ``atom`` workers here) one vertex of the quotient graph, whose cut is the workers'
+    cut. Parts whose size is a whole number of blocks take whole blocks; the blocks left over
+    form one more part, whose workers are then split among the other parts (partly busy
+    nodes: only those blocks are cut). None where the blocks are not whole here or no part
+    takes whole blocks."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    ids, block_of, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    whole = sizes % atom == 0
+    if np.any(counts != atom) or not np.any(whole):
+        return None
+    member = sp.csr_array(
+        (np.ones(len(labels)), (np.arange(len(labels)), block_of)), shape=(len(labels), len(ids))
+    )
+    quotient = sp.csr_array(member.T @ sub @ member)
+    quotient.setdiag(0)
+    quotient.eliminate_zeros()
+    rest = int(sizes[~whole].sum())
+    block_sizes = np.r_[sizes[whole] // atom, [rest // atom] if rest else []].astype(np.int64)
+    block_part, _, name = partition(quotient, block_sizes, partitioner, seed)
+    part = np.empty(len(labels), dtype=np.int64)
+    part[:] = np.flatnonzero(whole)[np.minimum(block_part[block_of], int(whole.sum()) - 1)]
+    if rest:
+        loose = np.flatnonzero(block_part[block_of] == int(whole.sum()))
+        inner_graph = sub[loose][:, loose]
+        inner, cut, _ = partition(inner_graph, sizes[~whole], partitioner, seed)
+        filled = _sequential_fill(block_of[loose], sizes[~whole], atom)
+        if _cut(inner_graph, filled) < cut - 1e-9 * max(1.0, cut):
+            inner = filled
+        part[loose] = np.flatnonzero(~whole)[inner]
+    return part, _cut(sub, part), name
+
+
+def _sequential_fill(block_of: np.ndarray, sizes: np.ndarray, atom: int) -> np.ndarray:
+    """The loose blocks' workers laid along the parts in block order (each block in worker
+    order: a TP ring's order), the parts taken so that each one's free room is completed to
+    whole blocks by the next where one fits exactly (7 then 1, 6 then 2): a block then spans
+    few parts, cut at few places."""
+    left = list(np.argsort(-sizes, kind="stable"))
+    order = []
+    filled = 0
+    while left:
+        need = (-filled) % atom
+        pick = next((i for i in left if need and sizes[i] == need), left[0])
+        left.remove(pick)
+        order.append(int(pick))
+        filled += int(sizes[pick])
+    part = np.empty(len(block_of), dtype=np.int64)
+    workers = np.argsort(block_of, kind="stable")  # block by block, worker order within
+    part[workers] = np.repeat(order, sizes[order])
+    return part
+
+
+def _cut(graph: sp.csr_array, part: np.ndarray) -> float:
+    """The traffic between parts (each pair once)."""
+    coo = graph.tocoo()
+    return float(coo.data[part[coo.row] != part[coo.col]].sum()) / 2
 
 
 # ---------------------------------------------------------------------- sparse refinement
