@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import tsched
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.problem import PlacementProblem, objective
-from tsched.solvers.bounds import packing_bound
+from tsched.solvers.bounds import nested_bound, packing_bound
 from tsched.solvers.bounds.densest import densest_weights
 from tsched.solvers.bounds.fibers import fiber_weights
 from tsched.workload import Layout, ModelSpec, Workload
@@ -148,3 +148,28 @@ def test_the_rack_cut_of_an_expert_ring_meets_the_optimum(
     assert bound is not None and bound <= optimum * (1 + 1e-9)
     assert bound == pytest.approx(optimum, rel=1e-9)
     assert tsched.solve(problem, method="auto", seed=0).status == "optimal"
+
+
+@given(st.integers(0, 2**31))
+@settings(max_examples=10, deadline=None)
+def test_bounds_with_fibers_never_exceed_the_optimum(seed: int) -> None:
+    """Random busy GPUs on two racks of 12 and a random small layout (rings of expert
+    cliques, pipelines): the packing and nested bounds, fiber weights included, stay at or
+    below the optimum found by enumerating every split over the racks."""
+    rng = np.random.default_rng(seed)
+    busy = {}
+    for tray in range(6):
+        taken = int(rng.choice([0, 0, 1, 2, 3]))
+        if taken:
+            busy[f"t{tray}"] = sorted(rng.choice(4, taken, replace=False).tolist())
+    cluster = _racks(2, 3, busy)
+    layouts = [Layout(ep=2, dp=int(rng.integers(3, 7))), Layout(ep=3, dp=int(rng.integers(3, 5))),
+               Layout(tp=2, pp=2, dp=3), Layout(tp=1, pp=4, dp=3)]  # fmt: skip
+    layout = layouts[int(rng.integers(len(layouts)))]
+    workload = Workload.from_layout("j", layout, MOE if layout.ep > 1 else DENSE)
+    problem = PlacementProblem.build(cluster, workload)
+    if problem.n_workers > problem.n_locations:
+        return
+    optimum = _rack_optimum(problem, cluster)
+    for bound in (packing_bound(problem), nested_bound(problem)):
+        assert bound is None or bound <= optimum * (1 + 1e-9)
