@@ -3,6 +3,7 @@ engine's command line and environment, the frontend and the tsched router, under
 
 from __future__ import annotations
 
+import collections
 import os
 import socket
 import sys
@@ -91,20 +92,33 @@ def _base_env(spec: DynamoSpec, workdir: Path) -> dict[str, str]:
     return {**loopback_env(spec.namespace, kv), **spec.env}
 
 
+#: Ports :func:`free_port` handed out in this process, most recent last: a port is free when
+#: checked but taken only when its process binds it, so one handed out is not handed out again
+#: (two of a sandbox's Ray ports once came out equal).
+_ISSUED: collections.OrderedDict[int, None] = collections.OrderedDict()
+_ISSUED_KEPT = 2048
+
+
 def free_port(low: int = 20000, high: int = 32767) -> int:
-    """A free TCP port in [low, high]. Dynamo 1.6 reads ``DYN_SYSTEM_PORT`` as a signed 16-bit
-    integer, so ports above 32767 (the kernel's usual ephemeral range) make workers exit."""
+    """A free TCP port in [low, high], none handed out before by this process (the last
+    :data:`_ISSUED_KEPT`). Dynamo 1.6 reads ``DYN_SYSTEM_PORT`` as a signed 16-bit integer, so
+    ports above 32767 (the kernel's usual ephemeral range) make workers exit."""
     import random
 
     rng = random.Random()
     for _ in range(200):
         port = rng.randint(low, high)
+        if port in _ISSUED:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _ISSUED[port] = None
+        while len(_ISSUED) > _ISSUED_KEPT:
+            _ISSUED.popitem(last=False)
+        return port
     raise ExecutorError(f"no free port in {low}-{high}")
 
 
