@@ -23,6 +23,7 @@ plan's value is the optimum whatever tsched's bounds say. Other states have no k
 there the certified gap is what is measured.
 
     python -m benchmarks.fragmented [--states 36] [--seed 0] [--time-limit SECONDS] [--quick]
+                                    [--section NAME]
 
 Writes ``benchmarks/results/fragmented.md`` (``--quick``: ``fragmented-quick.md``).
 """
@@ -227,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=None, help="auto's (default 10 s)")
     parser.add_argument("--quick", action="store_true", help="8 states of up to 4,608 GPUs")
+    parser.add_argument(
+        "--section",
+        default=None,
+        help="write the report as this section of fragmented.md (another seed)",
+    )
     args = parser.parse_args(argv)
     count = 8 if args.quick else args.states
     generated = states(count, args.seed, max_gpus=4608 if args.quick else 16384)
@@ -237,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['state']}: gap {100 * r['gap']:.2f} % in {r['seconds']:.1f} s", flush=True)
     text = report(rows, args, count)
     print(text)
-    write_result("fragmented-quick" if args.quick else "fragmented", text)
+    write_result("fragmented-quick" if args.quick else "fragmented", text, section=args.section)
     return 0
 
 
@@ -253,6 +259,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, count: int) -> 
         command += f" --time-limit {args.time_limit:g}"
     if args.quick:
         command = "python -m benchmarks.fragmented --quick"
+    if args.section:
+        command += f" --section {args.section}"
     summary = [
         ["states", len(rows)],
         [f"certified within {100 * GAP_GOAL:g} %", f"{within}/{len(rows)}"],
