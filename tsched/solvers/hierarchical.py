@@ -28,8 +28,10 @@ are not complete, uniform or empty:
    heavy blocks (a TP group: :func:`heavy_atom`) and not — smaller parts can follow the job's
    own blocks, such as a pipeline stage per rack — the fewest children filled in whole blocks
    of each small divisor of the job's size (:func:`block_units`: expert cliques stay whole
-   when a rack's free GPUs are no multiple of them), and the split that keeps the most blocks
-   whole (each child holds as many as its nodes have room for); a *blocks* decomposition
+   when a rack's free GPUs are no multiple of them), the spread the lower bound's own
+   knapsack takes for the whole job (:func:`_kept_splits`: an expert ring split once between
+   two racks can need one rack fewer than whole cliques), and the split that keeps the most
+   blocks whole (each child holds as many as its nodes have room for); a *blocks* decomposition
    takes that split wherever it exists. The plan with the smallest objective wins.
 4. On a node, workers take its free GPUs in order; then a sparse local search over the whole
    problem tries, for every worker, exchanges and moves with each GPU of its own node and of
@@ -135,6 +137,9 @@ def partition(
         tries.append(("metis", k.rebalance(indptr, indices, w, part, sizes)))
     if not tries:  # metis asked for but missing, or no edges
         tries.append(("grow", k.grow_parts(indptr, indices, w, sizes)))
+    if partitioner == "best":  # runs of the given sizes in worker order: a layout's ranks are
+        # numbered innermost dimension first, so these are whole groups along its outer ring
+        tries.append(("sequence", np.repeat(np.arange(len(sizes)), sizes).astype(np.int64)))
     best: tuple[np.ndarray, float, str] | None = None
     for name, part in tries:
         k.refine_parts(indptr, indices, w, part, len(sizes), 50)
@@ -287,6 +292,78 @@ def _unit_fill(counts: np.ndarray, n: int, unit: int) -> np.ndarray | None:
     return sizes
 
 
+#: Most work (children × largest child × workers) of the knapsack behind :func:`_kept_splits`.
+KEPT_SPLIT_WORK = 20_000_000
+
+
+def _kept_splits(
+    problem: PlacementProblem, child: np.ndarray, n: int, atom: int
+) -> list[tuple[list[np.ndarray], np.ndarray]]:
+    """The split the lower bound's own knapsack takes: the worker counts over the children that
+    keep the most traffic inside them by the densest-subgraph weights (fiber weights where the
+    layout has them; :func:`~tsched.solvers.bounds.fibers.with_fibers`). A ring of expert
+    cliques over racks of 25 and 35 free GPUs takes 6 cliques and one worker, then the other
+    three and 8 cliques: one clique split, one rack fewer than whole cliques need. The children
+    are ordered so that each one's share is completed to whole blocks by the next (for each
+    block size of :func:`block_units`): runs of those counts along the workers' order are then
+    whole blocks but one. Empty above :data:`KEPT_SPLIT_WORK` or without a table."""
+    from tsched.solvers.bounds.cuts import DENSEST_MAX_PART
+    from tsched.solvers.bounds.densest import degree_ceiling
+    from tsched.solvers.bounds.fibers import with_fibers
+    from tsched.solvers.bounds.packing import packing_weights
+
+    _, inv, counts = np.unique(child, return_inverse=True, return_counts=True)
+    caps = np.minimum(counts, n)
+    span = int(caps.max())
+    if len(caps) < 2 or len(caps) * span * n > KEPT_SPLIT_WORK:
+        return []
+    kmax = min(span, DENSEST_MAX_PART)
+    table = with_fibers(problem, packing_weights(problem, kmax)[: kmax + 1], span,
+                        degree_ceiling(problem))  # fmt: skip
+    best = np.full(n + 1, -np.inf)
+    best[0] = 0.0
+    took = np.zeros((len(caps), n + 1), dtype=np.int64)
+    for c, cap in enumerate(caps.tolist()):
+        nxt = best.copy()
+        for size in range(1, cap + 1):
+            cand = np.full(n + 1, -np.inf)
+            cand[size:] = best[: n + 1 - size] + table[size]
+            better = cand > nxt
+            nxt[better], took[c, better] = cand[better], size
+        best = nxt
+    if not np.isfinite(best[n]):
+        return []
+    sizes = np.zeros(len(caps), dtype=np.int64)
+    left = n
+    for c in range(len(caps) - 1, -1, -1):
+        sizes[c] = took[c, left]
+        left -= sizes[c]
+    used = np.flatnonzero(sizes > 0)
+    if len(used) < 2:
+        return []
+    out = []
+    for unit in block_units(n, atom) or [1]:
+        order = _complement_order(sizes[used], unit)
+        chosen = used[order]
+        out.append(([np.flatnonzero(inv == c) for c in chosen], sizes[chosen]))
+    return out
+
+
+def _complement_order(sizes: np.ndarray, unit: int) -> np.ndarray:
+    """An order of the parts in which each one's running total is completed to a whole
+    number of ``unit`` by the next part where one fits exactly, largest first otherwise."""
+    left = list(np.argsort(-sizes, kind="stable"))
+    order: list[int] = []
+    filled = 0
+    while left:
+        need = (-filled) % unit
+        pick = next((i for i in left if need and sizes[i] % unit == need), left[0])
+        left.remove(pick)
+        order.append(int(pick))
+        filled += int(sizes[pick])
+    return np.array(order, dtype=np.int64)
+
+
 def _atom_fill(
     child: np.ndarray, node: np.ndarray, n: int, atom: int
 ) -> list[tuple[list[np.ndarray], np.ndarray]]:
@@ -407,6 +484,8 @@ def decompose(
         wider = [(groups, even)] if not np.array_equal(even, sizes) else []
         if variant == "wide":
             wider = _wider_splits(keys[locs, depth + 1], groups, sizes, workers, atom) + blocks
+            if len(workers) == n:  # the whole job: the spread its own bound finds best
+                wider += _kept_splits(problem, keys[locs, depth + 1], n, atom)
         for groups_k, sizes_k in wider:
             # the same children (or a few more) filled evenly: keep the smallest cut (whole
             # pipeline stages per rack beat full racks)
@@ -467,15 +546,7 @@ def _sequential_fill(block_of: np.ndarray, sizes: np.ndarray, atom: int) -> np.n
     order: a TP ring's order), the parts taken so that each one's free room is completed to
     whole blocks by the next where one fits exactly (7 then 1, 6 then 2): a block then spans
     few parts, cut at few places."""
-    left = list(np.argsort(-sizes, kind="stable"))
-    order = []
-    filled = 0
-    while left:
-        need = (-filled) % atom
-        pick = next((i for i in left if need and sizes[i] == need), left[0])
-        left.remove(pick)
-        order.append(int(pick))
-        filled += int(sizes[pick])
+    order = _complement_order(sizes, atom)  # every size is below atom: exact complements
     part = np.empty(len(block_of), dtype=np.int64)
     workers = np.argsort(block_of, kind="stable")  # block by block, worker order within
     part[workers] = np.repeat(order, sizes[order])
