@@ -227,7 +227,7 @@ def _choose_children(
 #: Most workers of a job (and of a split) for which the wide and blocks variants are tried too.
 WIDER_SPLIT_MAX = 2048
 #: The decomposition's variants (:func:`decompose`).
-VARIANTS = ("plain", "wide", "blocks")
+VARIANTS = ("plain", "wide", "blocks", "kept")
 
 
 def _wider_splits(
@@ -309,7 +309,7 @@ def _kept_splits(
     whole blocks but one. Empty above :data:`KEPT_SPLIT_WORK` or without a table."""
     from tsched.solvers.bounds.cuts import DENSEST_MAX_PART
     from tsched.solvers.bounds.densest import degree_ceiling
-    from tsched.solvers.bounds.fibers import with_fibers
+    from tsched.solvers.bounds.fibers import fiber_weights, with_fibers
     from tsched.solvers.bounds.packing import packing_weights
 
     _, inv, counts = np.unique(child, return_inverse=True, return_counts=True)
@@ -317,6 +317,8 @@ def _kept_splits(
     span = int(caps.max())
     if len(caps) < 2 or len(caps) * span * n > KEPT_SPLIT_WORK:
         return []
+    if span > DENSEST_MAX_PART and fiber_weights(problem, span) is None:
+        return []  # beyond the searched sizes only a density guess: no spread worth forcing
     kmax = min(span, DENSEST_MAX_PART)
     table = with_fibers(problem, packing_weights(problem, kmax)[: kmax + 1], span,
                         degree_ceiling(problem))  # fmt: skip
@@ -446,7 +448,9 @@ def decompose(
     tries even splits over more children (:func:`_wider_splits`) and the split that keeps the
     most heavy blocks whole (:func:`_atom_fill`), the smallest cut standing; ``blocks`` takes
     that last split wherever it exists, whatever its cut (a block split across nodes costs
-    more below than the cut here shows)."""
+    more below than the cut here shows); ``kept`` splits the whole job as the lower bound's
+    knapsack spreads it (:func:`_kept_splits`), whatever its cut, and the levels below as
+    ``wide`` does."""
     if variant not in VARIANTS:
         raise ValueError(f"decomposition variant {variant!r} (valid: {', '.join(VARIANTS)})")
     keys = nested_keys(problem, flatten=variant != "plain")
@@ -471,21 +475,28 @@ def decompose(
             blocks = _atom_fill(keys[locs, depth + 1], node[locs], len(workers), atom)
         if variant == "blocks" and blocks:
             (groups, sizes), blocks = blocks[0], []
+        kept = _kept_splits(problem, keys[locs, depth + 1], n, atom) if (
+            variant == "kept" and len(workers) == n) else []  # fmt: skip
         if len(groups) == 1:
             stack.append((workers, locs[groups[0]], depth + 1))
             continue
         sub = graph[workers][:, workers]
-        part, value, name = partition(sub, sizes, partitioner, seed)
+        if kept:  # the bound's spread for the whole job, whatever its cut here: in the order
+            # (of those tried) whose runs cut least
+            tries = [(partition(sub, k_sizes, partitioner, seed), k_groups)
+                     for k_groups, k_sizes in kept]  # fmt: skip
+            (part, value, name), groups = min(tries, key=lambda t: t[0][1])
+            wider = []
+        else:
+            part, value, name = partition(sub, sizes, partitioner, seed)
+            even = _even_sizes(np.array([len(g) for g in groups]), len(workers))
+            wider = [(groups, even)] if not np.array_equal(even, sizes) else []
         if variant == "blocks" and labels is not None:  # whole blocks wherever sizes allow
             whole = _block_partition(sub, labels[workers], sizes, atom, partitioner, seed)
             if whole is not None:
                 part, value, name = whole
-        even = _even_sizes(np.array([len(g) for g in groups]), len(workers))
-        wider = [(groups, even)] if not np.array_equal(even, sizes) else []
-        if variant == "wide":
+        if variant in ("wide", "kept") and not kept:
             wider = _wider_splits(keys[locs, depth + 1], groups, sizes, workers, atom) + blocks
-            if len(workers) == n:  # the whole job: the spread its own bound finds best
-                wider += _kept_splits(problem, keys[locs, depth + 1], n, atom)
         for groups_k, sizes_k in wider:
             # the same children (or a few more) filled evenly: keep the smallest cut (whole
             # pipeline stages per rack beat full racks)
@@ -735,8 +746,10 @@ def _partitioner_order(
         "refine": "run the sparse local search (default true)",
         "kicks": "iterated local search rounds after the descent (default: until the time "
         "limit when one is given, else none; -1: until the time limit)",
+        "spread": "also split the whole job as the lower bound's knapsack spreads it "
+        "(default true)",
     },
-    kinds={"refine": Flag(), "kicks": Count(-1)},
+    kinds={"refine": Flag(), "kicks": Count(-1), "spread": Flag()},
 )
 def hierarchical(
     problem: PlacementProblem, *, time_limit: float | None, seed: int, options: dict[str, Any]
@@ -774,6 +787,8 @@ def hierarchical(
     tried = 0
     # the wide variant (module docstring, step 3) where a split is cheap enough to try more
     variants = VARIANTS if problem.n_workers <= WIDER_SPLIT_MAX else ("plain",)
+    if not options.get("spread", True):
+        variants = tuple(v for v in variants if v != "kept")
     # under a deadline no pass starts that would overrun, by the longest so far with a margin
     # (a pass of the other partitioner or on another candidate set can take half as long again)
     longest = 0.0
