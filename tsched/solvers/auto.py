@@ -87,9 +87,10 @@ CPSAT_MAX_WORKERS = 256
 TABU_MAX_WORKERS = 1024
 #: Largest worker count on a cluster improved by tabu search: above it the iterated sparse
 #: local search (:func:`~tsched.solvers.hierarchical.sparse_refine`) has the time instead. Its
-#: moves follow the hierarchy, where dense tabu search scans a k × k delta matrix per move: on
-#: the fragmented states of 288–1,024 workers it was better or level on all but one
-#: (``benchmarks/results/fragmented.md``).
+#: moves follow the hierarchy, where dense tabu search scans a k × k delta matrix per move.
+#: Side by side at the default budget on 11 fragmented states of 288–1,024 workers and the
+#: four 512-worker instances of ``benchmarks/clusters.py``, it was better (up to 3.5 %) or
+#: level on all but one (0.4 % worse).
 SPARSE_SEARCH_WORKERS = 256
 #: Largest worker count for which the hierarchical CP-SAT model is tried right after greedy.
 QUICK_CPSAT_WORKERS = 32
