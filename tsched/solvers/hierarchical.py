@@ -792,20 +792,34 @@ def hierarchical(
     # under a deadline no pass starts that would overrun, by the longest so far with a margin
     # (a pass of the other partitioner or on another candidate set can take half as long again)
     longest = 0.0
-    for level, locs in sets:
-        for name in _partitioner_order(problem, names, locs):
-            for variant in variants:
-                now = time.perf_counter()
-                if best is not None and deadline is not None:
-                    if now > start + 0.5 * (deadline - start) or now + 1.5 * longest > deadline:
-                        break
-                assignment, info = decompose(problem, graph, name, seed, locs, variant)
-                longest = max(longest, time.perf_counter() - now)
-                value = objective(problem, assignment)
-                tried += 1
-                if best is None or value < best[0] - 1e-12 * max(1.0, abs(value)):
-                    info = {**info, "locations": level, "partitioner": name, "variant": variant}
-                    best = (value, assignment, info)
+    # first each candidate set with each partitioner alone and the first three variants, and
+    # the wide one with the per-split best; then, as time allows, the rest of the per-split
+    # best and the bound's spread (``kept``): under a tight budget the passes that matter
+    # most on most jobs run first
+    first = [
+        (name, variant)
+        for name in names
+        for variant in variants
+        if (name != "best" and variant != "kept") or (name, variant) == ("best", "wide")
+    ]
+    passes = [(level, locs, name, variant) for level, locs in sets
+              for name in _partitioner_order(problem, names, locs)
+              for variant in variants if (name, variant) in first]  # fmt: skip
+    passes += [(level, locs, name, variant) for level, locs in sets
+               for name in _partitioner_order(problem, names, locs)
+               for variant in variants if (name, variant) not in first]  # fmt: skip
+    for level, locs, name, variant in passes:
+        now = time.perf_counter()
+        if best is not None and deadline is not None:
+            if now > start + 0.5 * (deadline - start) or now + 1.5 * longest > deadline:
+                break
+        assignment, info = decompose(problem, graph, name, seed, locs, variant)
+        longest = max(longest, time.perf_counter() - now)
+        value = objective(problem, assignment)
+        tried += 1
+        if best is None or value < best[0] - 1e-12 * max(1.0, abs(value)):
+            info = {**info, "locations": level, "partitioner": name, "variant": variant}
+            best = (value, assignment, info)
     assert best is not None
     assignment, stats = best[1], best[2]
     stats["candidates_tried"] = tried
