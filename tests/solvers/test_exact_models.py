@@ -249,3 +249,57 @@ def test_auto_at_scale_runs_the_decomposition_only_when_a_pass_fits(limit: float
         assert "one pass expected in" in row["stage"] and row["objective"] is not None
     if limit >= 6.0:
         assert "skipped" not in row["stage"]
+
+
+def test_canonical_relabelling_orders_interchangeable_units_and_domains() -> None:
+    """Units with the same capacity in the same domains, and whole domains of the same shape,
+    are interchangeable: the relabelled plan costs the same, and in every class the siblings'
+    lowest workers come in slot order (unused siblings last), which the model's symmetry
+    constraints require of every plan."""
+    from tsched.solvers.cpsat import _canonical_nodes
+
+    cluster = fabric(8, 2, gpus=4).with_busy({"n1": [0, 1], "n3": [2, 3]})
+    rng = np.random.default_rng(3)
+    f = rng.integers(0, 5, (12, 12)) * (rng.random((12, 12)) < 0.4)
+    np.fill_diagonal(f, 0)
+    problem = PlacementProblem.build(cluster, Workload.from_matrix("w", f.astype(float)))
+    view, _ = hierarchical_view(problem)
+    assert view is not None
+    n_units = len(view.nodes)
+    for _ in range(200):
+        node_of = rng.integers(0, n_units, problem.n_workers)
+        canon, classes = _canonical_nodes(view, node_of)
+        assert view.cost(canon) == pytest.approx(view.cost(node_of), rel=1e-12)
+        loads = [np.bincount(a, minlength=n_units) for a in (canon, node_of)]
+        pairs = [sorted(zip(view.capacity.tolist(), load.tolist())) for load in loads]
+        assert pairs[0] == pairs[1]  # each unit's load moved to a unit of its capacity
+        assert any(len(slot) > 1 for members in classes for slot in members)  # domains too
+        for members in classes:
+            firsts = [
+                min((w for w in range(len(canon)) if canon[w] in slot), default=np.inf)
+                for slot in members
+            ]
+            assert firsts == sorted(firsts)
+        again, _ = _canonical_nodes(view, canon)
+        assert np.array_equal(again, canon)  # a canonical plan is its own relabelling
+
+
+def test_symmetry_breaking_keeps_the_optimum() -> None:
+    """CP-SAT proves the same optimum with the units' and domains' symmetry broken as without,
+    on clusters where leaves of the same shape are interchangeable."""
+    rng = np.random.default_rng(7)
+    for trial in range(3):
+        f = rng.integers(0, 6, (10, 10)) * (rng.random((10, 10)) < 0.35)
+        np.fill_diagonal(f, 0)
+        cluster = fabric(6, 2, gpus=4).with_busy({"n1": [0, 1], "n3": [0, 1], "n5": [0, 1]})
+        problem = PlacementProblem.build(
+            cluster, Workload.from_matrix(f"w{trial}", f.astype(float))
+        )
+        out = {}
+        for sym in (True, False):
+            out[sym] = tsched.solve(
+                problem, method="cpsat", seed=0, time_limit=60,
+                options={"symmetry_breaking": sym, "independent": True},
+            )  # fmt: skip
+            assert out[sym].status == "optimal"
+        assert out[True].objective == pytest.approx(out[False].objective, rel=1e-9)

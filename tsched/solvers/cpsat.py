@@ -6,9 +6,10 @@ Two formulations, chosen per problem (``options={"model": "hierarchical"|"flat"}
 :mod:`tsched.solvers.node_model`): an integer ``node[w]`` per worker, capacities per node, and per
 traffic pair one boolean per level "shares this domain" (reified equalities of ``node`` and of its
 domain via element constraints). The objective maximises the savings ``Σ w_e Δ_ℓ same_ℓ(e)``.
-Identical nodes (same domains, same free GPUs) are ordered by their lowest worker (symmetry
-breaking; the hint is relabelled to match), and the best known lower bound enters as a cut on the
-savings.
+Interchangeable siblings are ordered by their lowest worker (symmetry breaking; the hint is
+relabelled to match): nodes with the same free GPUs in the same domains, and whole domains with the
+same multiset of nodes under the same parent, counting only the levels that cost something. The
+best known lower bound enters as a cut on the savings.
 
 **Flat** (raw QAPs and small clusters): the Adams–Johnson linearisation, assignment booleans
 ``x[i, k]`` and pair booleans ``y[e, k, l]`` tied to them by ``Σ_l y = x[i, k]``.
@@ -126,33 +127,103 @@ def _recorder(evaluate: Any) -> Any:
     return Recorder()
 
 
+def _symmetry_tree(view: HierarchicalView) -> tuple[dict[tuple, list[tuple]], dict[tuple, Any]]:
+    """The model's units as a tree over the levels that cost something: the children of each
+    vertex (a vertex is its path of domain ids from the top; a unit's path ends in its index) and
+    each vertex's shape (a unit's: its capacity; a domain's: its children's shapes, sorted). A
+    level whose saving is zero does not tell its domains apart, so it is left out of the tree."""
+    used = [k for k in range(view.groups.shape[1]) if view.step[k + 1] > 0][::-1]
+    children: dict[tuple, list[tuple]] = {}
+    seen: set[tuple] = set()
+    for k in range(len(view.nodes)):
+        path = (*(int(view.groups[k, lev]) for lev in used), k)
+        for depth in range(len(path)):
+            child = path[: depth + 1]
+            if child not in seen:
+                seen.add(child)
+                children.setdefault(path[:depth], []).append(child)
+    shape: dict[tuple, Any] = {}
+
+    def shape_of(vertex: tuple) -> Any:
+        if vertex not in shape:
+            kids = children.get(vertex)
+            if kids is None:
+                shape[vertex] = ("unit", int(view.capacity[vertex[-1]]))
+            else:
+                shape[vertex] = tuple(sorted((shape_of(c) for c in kids), key=repr))
+        return shape[vertex]
+
+    shape_of(())
+    return children, shape
+
+
+def _units_under(children: dict[tuple, list[tuple]], vertex: tuple) -> list[int]:
+    kids = children.get(vertex)
+    if kids is None:
+        return [vertex[-1]]
+    return [u for c in kids for u in _units_under(children, c)]
+
+
+def _map_onto(
+    children: dict[tuple, list[tuple]],
+    shape: dict[tuple, Any],
+    a: tuple,
+    b: tuple,
+    mapping: np.ndarray,
+) -> None:
+    """``mapping`` sends each unit under vertex ``a`` to its twin under ``b`` (same shape),
+    children paired in order of shape."""
+    kids_a, kids_b = children.get(a), children.get(b)
+    if kids_a is None or kids_b is None:
+        mapping[a[-1]] = b[-1]
+        return
+    for ca, cb in zip(sorted(kids_a, key=lambda c: repr(shape[c])),
+                      sorted(kids_b, key=lambda c: repr(shape[c]))):  # fmt: skip
+        _map_onto(children, shape, ca, cb, mapping)
+
+
 def _canonical_nodes(
     view: HierarchicalView, node_of: np.ndarray
-) -> tuple[np.ndarray, list[list[int]]]:
-    """Relabel a worker → node assignment so identical nodes/domains appear in first-use order.
+) -> tuple[np.ndarray, list[list[list[int]]]]:
+    """Relabel a worker → unit assignment so that interchangeable siblings appear in order of
+    first use, and return the classes the symmetry-breaking constraints are stated on.
 
-    Returns the relabelled assignment and the classes of interchangeable model nodes (each list
-    ordered), on which the symmetry-breaking constraints are stated.
+    Siblings are interchangeable when they have the same shape under the same parent in the
+    tree of levels that cost something (:func:`_symmetry_tree`): units with the same capacity
+    in the same domains, and whole domains with the same multiset of unit capacities, their
+    units swapped with them. Each class is its sibling slots in order, each slot the list of
+    units under it. Going down from the top, the siblings of each class are reordered by their
+    lowest worker (unused ones last); reordering within a domain does not change which
+    workers the domain holds, so the orders above stay.
     """
-    n_nodes = len(view.nodes)
-    classes: list[list[int]] = []
-    # interchangeable: the same domain at every level and the same capacity
-    key_nodes: dict[tuple[Any, ...], list[int]] = {}
-    for k in range(n_nodes):
-        key = (tuple(view.groups[k]), int(view.capacity[k]))
-        key_nodes.setdefault(key, []).append(k)
-    first_use = np.full(n_nodes, np.iinfo(np.int64).max)
-    for w in range(len(node_of) - 1, -1, -1):
-        first_use[node_of[w]] = w
-    mapping = np.arange(n_nodes)
-    for members in key_nodes.values():
-        if len(members) < 2:
+    children, shape = _symmetry_tree(view)
+    n_units = len(view.nodes)
+    node_of = np.asarray(node_of).copy()
+    classes: list[list[list[int]]] = []
+    todo = [()]
+    while todo:
+        vertex = todo.pop(0)
+        kids = children.get(vertex)
+        if kids is None:
             continue
-        ordered = sorted(members, key=lambda k: first_use[k])
-        for slot, k in zip(members, ordered):
-            mapping[k] = slot
-        classes.append(members)
-    return mapping[node_of], classes
+        by_shape: dict[str, list[tuple]] = {}
+        for c in kids:
+            by_shape.setdefault(repr(shape[c]), []).append(c)
+        for slots in by_shape.values():
+            if len(slots) < 2:
+                continue
+            units = [_units_under(children, s) for s in slots]
+            first = np.full(n_units, np.iinfo(np.int64).max)
+            np.minimum.at(first, node_of, np.arange(len(node_of)))
+            order = sorted(range(len(slots)), key=lambda i: int(first[units[i]].min()))
+            mapping = np.arange(n_units)
+            for slot, i in enumerate(order):
+                if i != slot:
+                    _map_onto(children, shape, slots[i], slots[slot], mapping)
+            node_of = mapping[node_of]
+            classes.append(units)
+        todo.extend(kids)
+    return node_of, classes
 
 
 def _solve_hierarchical(
@@ -209,13 +280,34 @@ def _solve_hierarchical(
         m.Add(node[w] == sum(k * x[w][k] for k in range(n_nodes)))
     for k in range(n_nodes):
         m.Add(sum(x[w][k] for w in range(n)) <= int(view.capacity[k]))
-    # Symmetry breaking: in each class of identical nodes, a node is used only after the one
-    # before it, by worker index (the lowest worker of node b comes after that of node a).
+    # Symmetry breaking: in each class of interchangeable siblings (units, or whole domains), a
+    # sibling is used only after the one before it, by worker index: its lowest worker comes
+    # after that of the one before (a prefix "seen" literal per worker keeps this linear).
+    inside: dict[tuple[int, tuple[int, ...]], Any] = {}
+
+    def within(w: int, units: list[int]) -> Any:
+        if len(units) == 1:
+            return x[w][units[0]]
+        key = (w, tuple(units))
+        if key not in inside:
+            inside[key] = m.NewBoolVar(f"in{w}_{units[0]}")
+            m.Add(inside[key] == sum(x[w][k] for k in units))
+        return inside[key]
+
     for members in classes:
         for a, b in zip(members, members[1:]):
-            m.Add(x[0][b] == 0)
+            m.Add(within(0, b) == 0)
+            seen = within(0, a)
             for w in range(1, n):
-                m.AddBoolOr([x[v][a] for v in range(w)] + [x[w][b].Not()])
+                m.AddImplication(within(w, b), seen)
+                if w == n - 1:
+                    break
+                here = within(w, a)
+                after = m.NewBoolVar(f"seen{w}_{a[0]}")
+                m.AddBoolOr([seen, here, after.Not()])
+                m.AddImplication(seen, after)
+                m.AddImplication(here, after)
+                seen = after
     # Objective: savings of pairs sharing a node / a domain
     terms = []
     for e, (i, j) in enumerate(view.pairs):
