@@ -400,6 +400,11 @@ def test_packing_weights_bound_any_traffic(seed, n) -> None:
         default=-np.inf,
     )  # fmt: skip
     assert exact == pytest.approx(brute, rel=1e-12)
+    from tsched.solvers.bounds.densest import kept_spread
+
+    spread = kept_spread(d, caps, n)  # the counts that attain it, as the decomposition splits
+    assert spread is not None and spread.sum() == n and np.all(spread <= np.minimum(caps, n))
+    assert sum(d[x] for x in spread) == pytest.approx(exact, rel=1e-12)
 
 
 @st.composite

@@ -308,7 +308,7 @@ def _kept_splits(
     block size of :func:`block_units`): runs of those counts along the workers' order are then
     whole blocks but one. Empty above :data:`KEPT_SPLIT_WORK` or without a table."""
     from tsched.solvers.bounds.cuts import DENSEST_MAX_PART
-    from tsched.solvers.bounds.densest import degree_ceiling
+    from tsched.solvers.bounds.densest import degree_ceiling, kept_spread
     from tsched.solvers.bounds.fibers import fiber_weights, with_fibers
     from tsched.solvers.bounds.packing import packing_weights
 
@@ -322,24 +322,9 @@ def _kept_splits(
     kmax = min(span, DENSEST_MAX_PART)
     table = with_fibers(problem, packing_weights(problem, kmax)[: kmax + 1], span,
                         degree_ceiling(problem))  # fmt: skip
-    best = np.full(n + 1, -np.inf)
-    best[0] = 0.0
-    took = np.zeros((len(caps), n + 1), dtype=np.int64)
-    for c, cap in enumerate(caps.tolist()):
-        nxt = best.copy()
-        for size in range(1, cap + 1):
-            cand = np.full(n + 1, -np.inf)
-            cand[size:] = best[: n + 1 - size] + table[size]
-            better = cand > nxt
-            nxt[better], took[c, better] = cand[better], size
-        best = nxt
-    if not np.isfinite(best[n]):
+    sizes = kept_spread(table, caps, n)
+    if sizes is None:
         return []
-    sizes = np.zeros(len(caps), dtype=np.int64)
-    left = n
-    for c in range(len(caps) - 1, -1, -1):
-        sizes[c] = took[c, left]
-        left -= sizes[c]
     used = np.flatnonzero(sizes > 0)
     if len(used) < 2:
         return []

@@ -19,6 +19,7 @@ __all__ = [
     "densest_weights",
     "heaviest_pairs",
     "degree_ceiling",
+    "kept_spread",
     "KNAPSACK_WORK",
     "KNAPSACK_COMPILED",
 ]
@@ -243,15 +244,45 @@ def kept_upper(
 
         if kernel.HAVE_NUMBA:  # the same loop compiled: a knapsack per level and form
             return float(kernel.knapsack(np.ascontiguousarray(d, dtype=np.float64), caps, n))
+    return float(_knapsack(d, caps, n)[0][n])
+
+
+def _knapsack(
+    d: np.ndarray, caps: np.ndarray, n: int, *, record: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``best[t] = max Σ_c d[s_c]`` over counts ``s_c ≤ caps[c]`` summing to t (−inf where none
+    do), and with ``record`` the count each domain takes on the way to each t."""
     best = np.full(n + 1, -np.inf)
     best[0] = 0.0
-    for cap in caps:
+    took = np.zeros((len(caps), n + 1), dtype=np.int64) if record else None
+    for c, cap in enumerate(caps.tolist()):
         nxt = best.copy()
         for s in range(1, int(cap) + 1):
             cand = best[: n + 1 - s] + d[s]
-            np.maximum(nxt[s:], cand, out=nxt[s:])
+            if took is None:
+                np.maximum(nxt[s:], cand, out=nxt[s:])
+            else:
+                better = np.flatnonzero(cand > nxt[s:]) + s
+                nxt[better], took[c, better] = cand[better - s], s
         best = nxt
-    return float(best[n])
+    return best, took
+
+
+def kept_spread(table: np.ndarray, capacities: np.ndarray, n: int) -> np.ndarray | None:
+    """The spread that attains :func:`kept_upper`'s exact knapsack: a worker count per domain
+    (``capacities``, in that order) summing to ``n`` that maximises ``Σ_d table[s_d]``; None
+    where ``n`` workers do not fit. ``table``: ``D[s]`` up to the largest capacity."""
+    caps = np.minimum(np.asarray(capacities, dtype=np.int64), n)
+    best, took = _knapsack(table, caps, n, record=True)
+    if not np.isfinite(best[n]):
+        return None
+    assert took is not None
+    sizes = np.zeros(len(caps), dtype=np.int64)
+    left = n
+    for c in range(len(caps) - 1, -1, -1):
+        sizes[c] = took[c, left]
+        left -= sizes[c]
+    return sizes
 
 
 def kept_table(weights: np.ndarray, span: int, ceiling: np.ndarray | None = None) -> np.ndarray:
