@@ -23,6 +23,7 @@ from tsched.solvers.bounds import (
     profile_bound,
     spectral_bound,
 )
+from tsched.solvers.bounds.lagrange import lagrangian_bound
 from tsched.workload import Layout, ModelSpec, Workload
 
 PCIE = (("X", "PIX", "SYS"), ("PIX", "X", "SYS"), ("SYS", "SYS", "X"))
@@ -86,7 +87,7 @@ def test_cluster_bounds_never_exceed_the_optimum(problem) -> None:
     optimum, _ = brute_force(problem)
     tol = 1e-9 * max(1.0, optimum)
     for bound in (basic_bound, gilmore_lawler_bound, profile_bound, spectral_bound,
-                  packing_bound, partition_bound, nested_bound):  # fmt: skip
+                  packing_bound, partition_bound, nested_bound, lagrangian_bound):  # fmt: skip
         value = bound(problem)
         if value is not None:
             assert value <= optimum + tol, bound.__name__
@@ -429,7 +430,7 @@ def test_packing_bound_never_exceeds_the_optimum_of_a_layout(problem) -> None:
         return
     optimum, _ = brute_force(problem)
     tol = 1e-9 * max(1.0, optimum)
-    for bound in (packing_bound, partition_bound, spectral_bound, nested_bound):
+    for bound in (packing_bound, partition_bound, spectral_bound, nested_bound, lagrangian_bound):
         value = bound(problem)
         assert value is None or value <= optimum + tol, bound.__name__
     packing, partition = packing_bound(problem), partition_bound(problem)

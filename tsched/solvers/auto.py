@@ -67,6 +67,7 @@ import numpy as np
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.base import SolverOutput, get_solver, keep_better, register
 from tsched.solvers.bounds import best_bound, linear_floor
+from tsched.solvers.bounds.lagrange import LAGRANGE_MAX_WORKERS, LAGRANGE_SECONDS, lagrangian_bound
 from tsched.solvers.hierarchical import sparse_refine
 from tsched.solvers.node_model import hierarchical_view
 
@@ -424,8 +425,23 @@ def _single(
             )
         return _choose(current, label, why, steps)
     assert view is not None
+    # the levels coupled (a Lagrangian bound, seconds): before the exact model, which may
+    # then stop at once
+    value = objective(problem, current.assignment)
+    if n <= LAGRANGE_MAX_WORKERS and (bound is None or value - bound > tol):
+        seconds = min(LAGRANGE_SECONDS, left / 3)
+        coupled = lagrangian_bound(problem, seconds=seconds, target=value)
+        steps.add("the levels coupled through their pairs (Lagrangian bound)", "lagrangian",
+                  None, bound=coupled)  # fmt: skip
+        if coupled is not None and (bound is None or coupled > bound):
+            bound, source = min(coupled, value), "lagrangian"
+            if value - bound <= tol:
+                stats = {**current.stats, "bound_source": source}
+                why = f"{label} meets the {source} bound: proved optimal"
+                return _choose(replace(current, bound=bound, stats=stats), label, why, steps)
+        left = limit - (time.perf_counter() - start)
     out = get_solver("cpsat").fn(
-        problem, time_limit=left, seed=seed, options={"hint": current.assignment}
+        problem, time_limit=max(0.05, left), seed=seed, options={"hint": current.assignment}
     )
     why = (
         f"greedy, hierarchical and tabu search, then the hierarchical CP-SAT model "
@@ -433,6 +449,8 @@ def _single(
     )
     out = keep_better(problem, out, current.assignment)
     steps.add("exact search (hierarchical model)", "cpsat", out, bound=out.bound)
+    if source == "lagrangian" and bound is not None and (out.bound is None or bound > out.bound):
+        out = replace(out, bound=bound, stats={**out.stats, "bound_source": source})
     return _choose(out, "cpsat", why, steps)
 
 

@@ -42,6 +42,12 @@ optimal. :func:`best_bound` combines the applicable ones and caches the result o
 - :func:`nested_bound` — the levels coupled: one worker count per domain, nested, for all levels
   at once (a min-plus programme up the tree of domains), so the node and spine cuts cannot
   each take a spread no plan has. Also only when thorough.
+- :func:`~tsched.solvers.bounds.lagrange.lagrangian_bound` — the levels coupled through their
+  pairs too: a pair that shares a node shares its spine, so part of a class of pairs' saving
+  may be moved from the finer level to the coarser one (Lagrange multipliers searched per
+  class) before each level is bounded, which stops the two levels pricing sets no plan has
+  together. Not a :func:`best_bound` stage (it searches for seconds): ``auto`` runs it before
+  its final exact model.
 
 Per-GPU linear costs C (a workload's ``gpu_costs``): min over plans of (quadratic + linear) is at
 least min quadratic + min linear, so every bound that prices only the traffic adds
@@ -58,9 +64,9 @@ workers), :mod:`~tsched.solvers.bounds.densest` (densest-subgraph weights and th
 domains), :mod:`~tsched.solvers.bounds.fibers` (densest weights of large sets from fibers),
 :mod:`~tsched.solvers.bounds.groups` (heavy groups and domain capacity),
 :mod:`~tsched.solvers.bounds.projection`, :mod:`~tsched.solvers.bounds.packing`,
-:mod:`~tsched.solvers.bounds.cut_cpsat`, :mod:`~tsched.solvers.bounds.partition` and
-:mod:`~tsched.solvers.bounds.nested`. Each imports only the families below it; none imports
-this front door.
+:mod:`~tsched.solvers.bounds.cut_cpsat`, :mod:`~tsched.solvers.bounds.partition`,
+:mod:`~tsched.solvers.bounds.nested` and :mod:`~tsched.solvers.bounds.lagrange`. Each imports
+only the families below it; none imports this front door.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
 from tsched.solvers.bounds.symmetry import worker_orbits
 
-__all__ = ["NESTED_WORK", "nested_bound"]
+__all__ = ["NESTED_WORK", "nested_bound", "nested_min"]
 
 
 #: Largest min-plus work (Σ over convolutions of their lengths' product) of the nested bound.
@@ -97,7 +97,7 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     best = None
     for choice in itertools.product(*forms):
         costs = [steps[k] * cost for k, (cost, _) in enumerate(choice)]
-        spent = _nested_min(chain, free[live], costs, n)
+        spent = nested_min(chain, free[live], costs, n)
         if spent is None:
             return None
         value = e[0] * total + sum(steps[k] * c for k, (_, c) in enumerate(choice)) + spent
@@ -105,7 +105,7 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     return None if best is None else best + linear_floor(problem)
 
 
-def _nested_min(
+def nested_min(
     chain: list[np.ndarray], free: np.ndarray, costs: list[np.ndarray], n: int
 ) -> float | None:
     """``min Σ_ℓ Σ_{P at ℓ} costs[ℓ][|P|]`` over nested worker counts (node counts up to their
