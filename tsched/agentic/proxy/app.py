@@ -14,6 +14,11 @@ from tsched.agentic.proxy.settings import FINAL_HEADER, SESSION_HEADER, ProxySet
 from tsched.agentic.proxy.state import ProxyState, Withdrawn, error_response, usage_of
 from tsched.errors import ExecutorError
 
+#: Seconds a pinned call's 5xx waits for the frontend to stop listing the call's worker before
+#: the error is passed on as the engine's own: a worker that dies mid-call fails the call a
+#: moment before its instance leaves the frontend's list.
+LOST_GRACE = 3.0
+
 __all__ = ["make_app", "state_of", "start", "serve"]
 
 
@@ -225,7 +230,9 @@ async def _forward(
                 if resp.status == 200:
                     with contextlib.suppress(ValueError):
                         usage = usage_of(json.loads(payload))
-                elif pin is not None and not await state.instance_listed(replica):
+                elif pin is not None and not await state.instance_listed(
+                    replica, grace=LOST_GRACE if resp.status >= 500 else 0.0
+                ):
                     gone = True  # the frontend refuses a pin to a worker it no longer lists
                 elif resp.status >= 500:
                     state.counts["errors"] += 1

@@ -142,23 +142,30 @@ class ProxyState:
         log.info("replica %d re-pinned from instance %s to %s", replica, pin, free[0])
         return True
 
-    async def instance_listed(self, replica: int) -> bool:
+    async def instance_listed(self, replica: int, grace: float = 0.0) -> bool:
         """Whether the frontend still lists pinned ``replica``'s instance (True when the
-        frontend cannot tell)."""
+        frontend cannot tell). With ``grace``, asked again every quarter second for that long
+        while it is listed: a worker that dies mid-call can fail the call (a 5xx from the
+        frontend) a moment before the frontend stops listing it."""
         import aiohttp
 
         from tsched.backends.dynamo import serving_instances
 
         base, pin = self.targets[replica]
-        try:
-            async with self.session.get(
-                base + "/health", timeout=aiohttp.ClientTimeout(total=self.settings.connect_timeout)
-            ) as resp:
-                if resp.status != 200:
-                    return True
-                return pin in serving_instances(await resp.read())
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return True
+        end = time.monotonic() + grace
+        while True:
+            try:
+                async with self.session.get(
+                    base + "/health",
+                    timeout=aiohttp.ClientTimeout(total=self.settings.connect_timeout),
+                ) as resp:
+                    if resp.status == 200 and pin not in serving_instances(await resp.read()):
+                        return False
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                pass
+            if time.monotonic() >= end or self.closing:
+                return True
+            await asyncio.sleep(0.25)
 
     async def ticker(self) -> None:
         period = self.settings.config.tick_seconds
