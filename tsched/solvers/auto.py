@@ -428,7 +428,7 @@ def _single(
     # the levels coupled (a Lagrangian bound, seconds): before the exact model, which may
     # then stop at once
     value = objective(problem, current.assignment)
-    if n <= LAGRANGE_MAX_WORKERS and (bound is None or value - bound > tol):
+    if n <= LAGRANGE_MAX_WORKERS and left > 0.5 and (bound is None or value - bound > tol):
         seconds = min(LAGRANGE_SECONDS, left / 3)
         coupled = lagrangian_bound(problem, seconds=seconds, target=value)
         steps.add("the levels coupled through their pairs (Lagrangian bound)", "lagrangian",

@@ -94,50 +94,33 @@ def lagrangian_bound(
         return None
     n = problem.n_workers
     total = float(problem.gb.sum())
-    memo: dict[tuple[int, bytes], float] = {}
     deadline = time.perf_counter() + seconds
-
-    def searched(moved: PlacementProblem) -> np.ndarray:
-        weights = packing_weights(moved, kmax)[: kmax + 1]
-        if n <= DENSEST_MAX_WORKERS:  # the exact search is cheap here (milliseconds)
-            exact = densest_weights(moved, kmax)
-            if exact is not None and len(exact) > kmax:
-                weights = np.minimum(weights, exact[: kmax + 1])
-        return weights
-
-    def kept(k: int, v: np.ndarray) -> float:
-        key = (k, hashlib.blake2b(np.round(v, 12).tobytes(), digest_size=16).digest())
-        if key not in memo:
-            on = v > 0
-            moved = replace(problem, name=f"{problem.name}/lagrange", src=rows[on],
-                            dst=cols[on], gb=v[on])  # fmt: skip
-            sizes = sizes_by_level[k]
-            span = int(min(np.max(sizes, initial=0), n))
-            weights = searched(moved)
-            table = with_fibers(moved, weights, span, degree_ceiling(moved))
-            memo[key] = kept_upper(table, sizes, n)
-        return memo[key]
-
-    nested = counts
     cl = problem.cluster
     assert cl is not None
     free = np.bincount(cl.gpu_node[problem.locations], minlength=cl.n_nodes)
     live = np.flatnonzero(free > 0)
     chain = [live] + [cl.node_group[live, k].astype(np.int64) for k in range(len(steps) - 1)]
     spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
+    tables: dict[tuple[int, bytes], np.ndarray] = {}
 
     def table(k: int, v: np.ndarray) -> np.ndarray:
+        """Upper bounds on the weight ``v`` that s workers keep inside, s = 0 … level k's
+        largest domain: the densest tables of the traffic ``v`` (cached per weights)."""
         key = (k, hashlib.blake2b(np.round(v, 12).tobytes(), digest_size=16).digest())
         if key not in tables:
             on = v > 0
             moved = replace(problem, name=f"{problem.name}/lagrange", src=rows[on],
                             dst=cols[on], gb=v[on])  # fmt: skip
-            weights = searched(moved)
-            tables[key] = np.minimum(with_fibers(moved, weights, spans[k], degree_ceiling(moved)),
-                                     float(v.sum()))  # fmt: skip
+            weights = packing_weights(moved, kmax)[: kmax + 1]
+            if n <= DENSEST_MAX_WORKERS:  # the exact search is cheap here (milliseconds)
+                exact = densest_weights(moved, kmax)
+                if exact is not None and len(exact) > kmax:
+                    weights = np.minimum(weights, exact[: kmax + 1])
+            capped = with_fibers(moved, weights, spans[k], degree_ceiling(moved))
+            tables[key] = np.minimum(capped, float(v.sum()))
         return tables[key]
 
-    tables: dict[tuple[int, bytes], np.ndarray] = {}
+    nested = counts
 
     def savings(theta: np.ndarray) -> float:
         nonlocal nested
@@ -151,7 +134,7 @@ def lagrangian_bound(
             if nested:
                 costs[k] = -table(k, v)
             else:
-                out += kept(k, v)
+                out += kept_upper(table(k, v), sizes_by_level[k], n)
         if nested:
             spent = nested_min(chain, free[live], costs, n)
             if spent is not None:
