@@ -44,7 +44,7 @@ from tsched.solvers.bounds.basic import linear_floor
 from tsched.solvers.bounds.cuts import cut_levels, level_steps
 from tsched.solvers.bounds.densest import degree_ceiling, densest_weights, kept_upper
 from tsched.solvers.bounds.fibers import with_fibers
-from tsched.solvers.bounds.nested import nested_min
+from tsched.solvers.bounds.nested import domain_tree, nested_min
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.partition import DENSEST_MAX_WORKERS
 
@@ -95,12 +95,7 @@ def lagrangian_bound(
     n = problem.n_workers
     total = float(problem.gb.sum())
     deadline = time.perf_counter() + seconds
-    cl = problem.cluster
-    assert cl is not None
-    free = np.bincount(cl.gpu_node[problem.locations], minlength=cl.n_nodes)
-    live = np.flatnonzero(free > 0)
-    chain = [live] + [cl.node_group[live, k].astype(np.int64) for k in range(len(steps) - 1)]
-    spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
+    chain, free, spans = domain_tree(problem, sizes_by_level)
     tables: dict[tuple[int, bytes], np.ndarray] = {}
 
     def table(k: int, v: np.ndarray) -> np.ndarray:
@@ -136,7 +131,7 @@ def lagrangian_bound(
             else:
                 out += kept_upper(table(k, v), sizes_by_level[k], n)
         if nested:
-            spent = nested_min(chain, free[live], costs, n)
+            spent = nested_min(chain, free, costs, n)
             if spent is not None:
                 return -spent
             nested = False  # beyond the programme's work limit: each level on its own

@@ -20,7 +20,7 @@ from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
 from tsched.solvers.bounds.symmetry import worker_orbits
 
-__all__ = ["NESTED_WORK", "nested_bound", "nested_min"]
+__all__ = ["NESTED_WORK", "domain_tree", "nested_bound", "nested_min"]
 
 
 #: Largest min-plus work (Σ over convolutions of their lengths' product) of the nested bound.
@@ -67,13 +67,8 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     steps, kmax = level_steps(problem, e, sizes_by_level)
     if np.count_nonzero(steps > 0) < 2:
         return None  # one cut: the per-level bounds already see everything
-    cl = problem.cluster
-    assert cl is not None
-    free = np.bincount(cl.gpu_node[problem.locations], minlength=cl.n_nodes)
-    live = np.flatnonzero(free > 0)
-    chain = [live] + [cl.node_group[live, k].astype(np.int64) for k in range(len(steps) - 1)]
+    chain, free, spans = domain_tree(problem, sizes_by_level)
     total = float(problem.gb.sum())
-    spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
     weights = packing_weights(problem, kmax)[: kmax + 1]
     densest = problem.peek("densest_weights")  # exact where the partition bound ran
     if densest is None and _symmetric_search_pays(problem):
@@ -97,12 +92,29 @@ def nested_bound(problem: PlacementProblem) -> float | None:
     best = None
     for choice in itertools.product(*forms):
         costs = [steps[k] * cost for k, (cost, _) in enumerate(choice)]
-        spent = nested_min(chain, free[live], costs, n)
+        spent = nested_min(chain, free, costs, n)
         if spent is None:
             return None
         value = e[0] * total + sum(steps[k] * c for k, (_, c) in enumerate(choice)) + spent
         best = value if best is None else max(best, value)
     return None if best is None else best + linear_floor(problem)
+
+
+def domain_tree(
+    problem: PlacementProblem, sizes_by_level: list[np.ndarray]
+) -> tuple[list[np.ndarray], np.ndarray, list[int]]:
+    """What :func:`nested_min` runs on for the levels of :func:`cut_levels`: the chain of each
+    node with free GPUs' domains (``chain[0]``: the node; ``chain[ℓ]``: its level-ℓ domain),
+    those nodes' free GPUs, and per level the largest count a domain can take (at most n)."""
+    cl = problem.cluster
+    assert cl is not None
+    free = np.bincount(cl.gpu_node[problem.locations], minlength=cl.n_nodes)
+    live = np.flatnonzero(free > 0)
+    levels = len(sizes_by_level)
+    chain = [live] + [cl.node_group[live, k].astype(np.int64) for k in range(levels - 1)]
+    n = problem.n_workers
+    spans = [int(min(np.max(sizes, initial=0), n)) for sizes in sizes_by_level]
+    return chain, free[live], spans
 
 
 def nested_min(
