@@ -306,7 +306,16 @@ def _kept_splits(
     three and 8 cliques: one clique split, one rack fewer than whole cliques need. The children
     are ordered so that each one's share is completed to whole blocks by the next (for each
     block size of :func:`block_units`): runs of those counts along the workers' order are then
-    whole blocks but one. Empty above :data:`KEPT_SPLIT_WORK` or without a table."""
+    whole blocks but one. Empty above :data:`KEPT_SPLIT_WORK` or without a table. Cached per
+    ``child`` array: every partitioner's pass on one candidate set asks for the same."""
+    key = ("kept_splits", np.asarray(child).tobytes(), n, atom)
+    return problem.cached(key, lambda: _kept_splits_uncached(problem, child, n, atom))
+
+
+def _kept_splits_uncached(
+    problem: PlacementProblem, child: np.ndarray, n: int, atom: int
+) -> list[tuple[list[np.ndarray], np.ndarray]]:
+    """:func:`_kept_splits`, uncached."""
     from tsched.solvers.bounds.cuts import DENSEST_MAX_PART
     from tsched.solvers.bounds.densest import degree_ceiling, kept_spread
     from tsched.solvers.bounds.fibers import fiber_weights, with_fibers
@@ -460,11 +469,11 @@ def decompose(
             blocks = _atom_fill(keys[locs, depth + 1], node[locs], len(workers), atom)
         if variant == "blocks" and blocks:
             (groups, sizes), blocks = blocks[0], []
-        kept = _kept_splits(problem, keys[locs, depth + 1], n, atom) if (
-            variant == "kept" and len(workers) == n) else []  # fmt: skip
         if len(groups) == 1:
             stack.append((workers, locs[groups[0]], depth + 1))
             continue
+        kept = _kept_splits(problem, keys[locs, depth + 1], n, atom) if (
+            variant == "kept" and len(workers) == n) else []  # fmt: skip
         sub = graph[workers][:, workers]
         if kept:  # the bound's spread for the whole job, whatever its cut here: in the order
             # (of those tried) whose runs cut least
@@ -787,12 +796,10 @@ def hierarchical(
         for variant in variants
         if (name != "best" and variant != "kept") or (name, variant) == ("best", "wide")
     ]
-    passes = [(level, locs, name, variant) for level, locs in sets
-              for name in _partitioner_order(problem, names, locs)
-              for variant in variants if (name, variant) in first]  # fmt: skip
-    passes += [(level, locs, name, variant) for level, locs in sets
-               for name in _partitioner_order(problem, names, locs)
-               for variant in variants if (name, variant) not in first]  # fmt: skip
+    every = [(level, locs, name, variant) for level, locs in sets
+             for name in _partitioner_order(problem, names, locs)
+             for variant in variants]  # fmt: skip
+    passes = [p for p in every if p[2:] in first] + [p for p in every if p[2:] not in first]
     for level, locs, name, variant in passes:
         now = time.perf_counter()
         if best is not None and deadline is not None:
