@@ -173,4 +173,3 @@ def test_bounds_with_fibers_never_exceed_the_optimum(seed: int) -> None:
     optimum = _rack_optimum(problem, cluster)
     for bound in (packing_bound(problem), nested_bound(problem)):
         assert bound is None or bound <= optimum * (1 + 1e-9)
-
