@@ -90,8 +90,9 @@ TABU_MAX_WORKERS = 1024
 #: local search (:func:`~tsched.solvers.hierarchical.sparse_refine`) has the time instead. Its
 #: moves follow the hierarchy, where dense tabu search scans a k × k delta matrix per move.
 #: Side by side at the default budget on 11 fragmented states of 288–1,024 workers and the
-#: four 512-worker instances of ``benchmarks/clusters.py``, it was better (up to 3.5 %) or
-#: level on all but one (0.4 % worse).
+#: four 512-worker instances of ``benchmarks/clusters.py`` (one run each: evidence for a
+#: default, not a comparison with intervals), it was better (up to 3.5 %) or level on all but
+#: one (0.4 % worse).
 SPARSE_SEARCH_WORKERS = 256
 #: Largest worker count for which the hierarchical CP-SAT model is tried right after greedy.
 QUICK_CPSAT_WORKERS = 32
