@@ -432,7 +432,7 @@ def _single(
     if n <= LAGRANGE_MAX_WORKERS and left > 0.5 and (bound is None or value - bound > tol):
         seconds = min(LAGRANGE_SECONDS, left / 3)
         coupled = lagrangian_bound(problem, seconds=seconds, target=value)
-        steps.add("the levels coupled through their pairs (Lagrangian bound)", "lagrangian",
+        steps.add("the levels coupled, groups no domain holds cut (Lagrangian bound)", "lagrangian",
                   None, bound=coupled)  # fmt: skip
         if coupled is not None and (bound is None or coupled > bound):
             bound, source = min(coupled, value), "lagrangian"

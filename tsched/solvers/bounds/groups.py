@@ -25,7 +25,14 @@ import numpy as np
 
 from tsched.problem import PlacementProblem
 
-__all__ = ["HeavyGroups", "heavy_labels", "heavy_groups", "domain_capacity_cuts", "group_form"]
+__all__ = [
+    "HeavyGroups",
+    "heavy_labels",
+    "heavy_groups",
+    "domain_capacity_cuts",
+    "group_form",
+    "stoer_wagner_cut",
+]
 
 
 @dataclass(frozen=True)
@@ -79,14 +86,14 @@ def _heavy_groups(problem: PlacementProblem) -> HeavyGroups | None:
         sub.sort_indices()
         key = sub.indptr.tobytes() + sub.indices.tobytes() + sub.data.tobytes()
         if key not in seen:
-            seen[key] = _least_cut(sub.toarray())
+            seen[key] = stoer_wagner_cut(sub.toarray())
         least = min(least, seen[key])
     if not np.isfinite(least) or least <= 0:
         return None
     return HeavyGroups(int(sizes[0]), int(count), float(least))
 
 
-def _least_cut(a: np.ndarray) -> float:
+def stoer_wagner_cut(a: np.ndarray) -> float:
     """The global minimum cut of a small connected weighted graph (Stoer–Wagner, networkx)."""
     import networkx as nx
 

@@ -25,9 +25,18 @@ densest tables priced in its min-plus programme. On a fragmented 64-GPU fabric (
 half-free node per leaf) a TP2·EP8·DP2 job's plan at 73.681 is proved optimal this way, where
 every bound that takes the levels' pairs apart stops at 72.109.
 
+Groups no domain holds are priced too (:mod:`~tsched.solvers.bounds.splits`): at each costed
+level, a share ``φ`` of the weight on the pairs inside the components (of the pairs at least some
+weight) that no domain of the level holds is bounded by those components' weight less their
+least cut, and only the rest by the densest tables. A pipeline stage larger than any rack's free
+GPUs must cut its data-parallel rings at least twice each, which the tables, pricing each rack
+on its own, do not know: on a fragmented NVL72 cluster a TP4·PP4·DP10 job's bound rises from
+58.330 to 60.061 (plan 60.385). This part applies with one costed level too.
+
 The multipliers are searched per class of pairs (pairs of one traffic weight: a layout's TP,
 EP, DP and PP pairs), ``μ_e = θ_c · v_ℓ,e`` with ``θ_c`` on a grid in [0, 1], by coordinate
-descent within a work budget. Jobs of up to :data:`LAGRANGE_MAX_WORKERS` workers with at most
+descent within a work budget, with each level's candidate components and share ``φ`` on the
+same grid. Jobs of up to :data:`LAGRANGE_MAX_WORKERS` workers with at most
 :data:`LAGRANGE_CLASSES` classes.
 """
 
@@ -47,6 +56,7 @@ from tsched.solvers.bounds.fibers import with_fibers
 from tsched.solvers.bounds.nested import domain_tree, nested_min
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.partition import DENSEST_MAX_WORKERS
+from tsched.solvers.bounds.splits import least_cut, oversized_components
 
 __all__ = ["LAGRANGE_MAX_WORKERS", "LAGRANGE_CLASSES", "LAGRANGE_SECONDS", "lagrangian_bound"]
 
@@ -67,7 +77,8 @@ def lagrangian_bound(
     counts: bool = True,
 ) -> float | None:
     """The Lagrangian bound of the module docstring; None where it does not apply (no cluster
-    levels, fewer than two levels with a cost step, a job too large or of too many classes).
+    levels, a job too large or of too many classes, or a single level with a cost step and no
+    group of workers its domains cannot hold).
     The search stops after ``seconds`` or as soon as the bound meets ``target`` (a plan's
     objective: the plan is then proved). With ``counts`` the levels are also coupled through
     one worker count per domain, as in :func:`~tsched.solvers.bounds.nested.nested_bound`
@@ -81,7 +92,7 @@ def lagrangian_bound(
     e, sizes_by_level = levels
     steps, kmax = level_steps(problem, e, sizes_by_level)
     active = [k for k in range(len(steps)) if steps[k] > 0]
-    if len(active) < 2:
+    if not active:
         return None
     sym = problem.flow_symmetric().tocoo()
     keep = sym.row < sym.col
@@ -116,8 +127,29 @@ def lagrangian_bound(
         return tables[key]
 
     nested = counts
+    # per costed level, the components no domain of it holds (splits.py) and the share of
+    # the level's weight on their pairs that is bounded by their least cut instead
+    cands = [oversized_components(n, rows, cols, w, k, spans[k]) for k in active]
+    if len(active) < 2 and not cands[0]:
+        return None
+    inside = [[cand.inside(rows, cols) for cand in level] for level in cands]
+    cuts: dict[tuple[int, int, bytes], float] = {}
 
-    def savings(theta: np.ndarray) -> float:
+    def must_cut(a: int, j: int, v: np.ndarray) -> float:
+        """The least weight ``v`` that level ``active[a]`` cuts inside candidate j's
+        components: Σ_c parts_c·λ_c/2 (splits.py), cached per weights."""
+        key = (a, j, hashlib.blake2b(np.round(v, 12).tobytes(), digest_size=16).digest())
+        if key not in cuts:
+            cand = cands[a][j]
+            cuts[key] = sum(
+                parts * least_cut(members, rows, cols, v) / 2
+                for parts, members in zip(cand.parts, cand.members, strict=True)
+            )
+        return cuts[key]
+
+    def savings(theta: np.ndarray, split: np.ndarray) -> float:
+        """Bound on a plan's savings at the multipliers ``theta`` and, per costed level, the
+        candidate ``split[a, 0]`` (−1: none) given the share ``split[a, 1]``."""
         nonlocal nested
         out, carry = 0.0, np.zeros_like(w)
         costs = [np.zeros(span + 1) for span in spans]
@@ -126,6 +158,11 @@ def lagrangian_bound(
             if a < len(active) - 1:
                 carry = theta[a][cls] * v
                 v = v - carry
+            j, share = int(split[a, 0]), float(split[a, 1])
+            if j >= 0 and share > 0:
+                vin = np.where(inside[a][j], v, 0.0)
+                v = v - share * vin
+                out += share * (float(vin.sum()) - must_cut(a, j, vin))
             if nested:
                 costs[k] = -table(k, v)
             else:
@@ -133,9 +170,9 @@ def lagrangian_bound(
         if nested:
             spent = nested_min(chain, free, costs, n)
             if spent is not None:
-                return -spent
+                return out - spent
             nested = False  # beyond the programme's work limit: each level on its own
-            return savings(theta)
+            return savings(theta, split)
         return out
 
     top = e[0] + float(np.sum(steps))
@@ -145,20 +182,33 @@ def lagrangian_bound(
         -np.inf if target is None else top * total + floor - target + 1e-9 * max(1.0, abs(target))
     )
     theta = np.zeros((len(active) - 1, classes))
-    best = savings(theta)
+    split = np.tile([-1.0, 0.0], (len(active), 1))
+    best = savings(theta, split)
+    moves = [("split", a, (j, share)) for a in range(len(active))
+             for j in range(len(cands[a])) for share in GRID[1:]]  # fmt: skip
+    moves += [("theta", a, c) for a in range(len(active) - 1) for c in range(classes)]
     improved = best > enough
     while improved and time.perf_counter() < deadline:
         improved = False
-        for a in range(len(active) - 1):
-            for c in range(classes):
+        for kind, a, what in moves:
+            trials = []
+            if kind == "theta":
                 for value in GRID:
-                    if value == theta[a, c] or time.perf_counter() > deadline:
-                        continue
-                    trial = theta.copy()
-                    trial[a, c] = value
-                    got = savings(trial)
-                    if got < best - 1e-12 * max(1.0, abs(best)):
-                        best, theta, improved = got, trial, True
-                        if best <= enough:
-                            return top * total - best + floor
+                    if value != theta[a, what]:
+                        trial = theta.copy()
+                        trial[a, what] = value
+                        trials.append((trial, split))
+            elif tuple(split[a]) != what:
+                trial = split.copy()
+                trial[a] = what
+                trials.append((theta, trial))
+            for t_theta, t_split in trials:
+                if time.perf_counter() > deadline:
+                    break
+                got = savings(t_theta, t_split)
+                if got < best - 1e-12 * max(1.0, abs(best)):
+                    best, theta, split, improved = got, t_theta, t_split, True
+                    if best <= enough:
+                        return top * total - best + floor
+    return top * total - best + floor
     return top * total - best + floor
