@@ -46,8 +46,10 @@ optimal. :func:`best_bound` combines the applicable ones and caches the result o
   pairs too: a pair that shares a node shares its spine, so part of a class of pairs' saving
   may be moved from the finer level to the coarser one (Lagrange multipliers searched per
   class) before each level is bounded, which stops the two levels pricing sets no plan has
-  together. Not a :func:`best_bound` stage (it searches for seconds): ``auto`` runs it before
-  its final exact model.
+  together. It also bounds a share of each level's weight by the least cut of the groups of
+  workers no domain of the level holds (:mod:`~tsched.solvers.bounds.splits`). Not a
+  :func:`best_bound` stage (it searches for seconds): ``auto`` runs it before its final exact
+  model.
 
 Per-GPU linear costs C (a workload's ``gpu_costs``): min over plans of (quadratic + linear) is at
 least min quadratic + min linear, so every bound that prices only the traffic adds
