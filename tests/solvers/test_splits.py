@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.conftest import brute_force, fabric
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.lagrange import lagrangian_bound
-from tsched.solvers.bounds.splits import least_cut, oversized_components
+from tsched.solvers.bounds.splits import least_cut, oversized_components, pieces_cut
 from tsched.workload import Workload
 
 
@@ -106,3 +106,29 @@ def test_a_ring_no_rack_holds_is_cut_twice() -> None:
     assert value is not None
     assert value > before * (1 + 1e-3)
     assert value <= plan.objective * (1 + 1e-9)
+
+
+def test_pieces_of_four_rings_on_racks_that_tile_two() -> None:
+    """Four rings of 17 two-worker blocks (heavy inside a block, two light ranks around the
+    ring) on domains that hold 10, 9, 8, 8, 8, 8, 7, 7, 5, 4, 4, 3, 3, 2, 1, 1 blocks: only two
+    rings fit in two pieces (10 + 7 and 9 + 8), so ten pieces at least, each ring piece cutting
+    two light pairs: 20, where counting each ring alone (two pieces each) gives 16. Splitting
+    a block costs 10 more than it could save."""
+    rows, cols, w = [], [], []
+    for ring in range(4):
+        base = 34 * ring
+        for b in range(17):
+            a, nxt = base + 2 * b, base + 2 * ((b + 1) % 17)
+            rows += [a, a, a + 1]
+            cols += [a + 1, nxt, nxt + 1]
+            w += [10.0, 1.0, 1.0]
+    rows, cols, w = np.array(rows), np.array(cols), np.array(w)
+    blocks = [10, 9, 8, 8, 8, 8, 7, 7, 5, 4, 4, 3, 3, 2, 1, 1]
+    caps = 2 * np.array(blocks) + np.array([1, 0] * 8)  # a free GPU left over in some
+    cands = oversized_components(136, rows, cols, w, 1, int(caps.max()))
+    rings = next(c for c in cands if c.threshold == 1.0)
+    assert [len(b) for b in rings.blocks] == [17] * 4
+    assert rings.parts == (2, 2, 2, 2)
+    assert pieces_cut(rings, caps, rows, cols, w) == pytest.approx(20.0, rel=1e-5)
+    roomy = np.full(8, 18)  # nine blocks each: two pieces per ring (9 + 8) suffice
+    assert pieces_cut(rings, roomy, rows, cols, w) == pytest.approx(16.0, rel=1e-5)

@@ -375,6 +375,23 @@ def _single(
             if objective(problem, hier.assignment) < value - tol:
                 current, label = hier, "hierarchical"
         left = limit - (time.perf_counter() - start)
+        value = objective(problem, current.assignment)
+        if large and n <= LAGRANGE_MAX_WORKERS and left > 1.0 and (
+            bound is None or value - bound > tol
+        ):
+            # groups no domain holds (pipeline stages larger than any rack's free GPUs): the
+            # Lagrangian bound's least cuts of their pieces, before the search to the end
+            coupled = lagrangian_bound(
+                problem, seconds=min(LAGRANGE_SECONDS, left / 4), target=value, splits_only=True
+            )
+            if coupled is not None:
+                steps.add("groups no domain holds cut (Lagrangian bound)", "lagrangian", None,
+                          bound=coupled)  # fmt: skip
+            if coupled is not None and (bound is None or coupled > bound):
+                bound, source = min(coupled, value), "lagrangian"
+                stats = {**current.stats, "bound_source": source}
+                current = replace(current, bound=bound, stats=stats)
+            left = limit - (time.perf_counter() - start)
         if large and left < per_pass:  # a descent pass costs about a decomposition pass
             steps.add("iterated sparse search skipped: one pass would overrun the budget",
                       "hierarchical", None, expected_pass_s=round(per_pass, 3),

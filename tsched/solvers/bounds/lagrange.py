@@ -56,7 +56,7 @@ from tsched.solvers.bounds.fibers import with_fibers
 from tsched.solvers.bounds.nested import domain_tree, nested_min
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.partition import DENSEST_MAX_WORKERS
-from tsched.solvers.bounds.splits import least_cut, oversized_components
+from tsched.solvers.bounds.splits import oversized_components, pieces_cut
 
 __all__ = ["LAGRANGE_MAX_WORKERS", "LAGRANGE_CLASSES", "LAGRANGE_SECONDS", "lagrangian_bound"]
 
@@ -75,6 +75,7 @@ def lagrangian_bound(
     seconds: float = LAGRANGE_SECONDS,
     target: float | None = None,
     counts: bool = True,
+    splits_only: bool = False,
 ) -> float | None:
     """The Lagrangian bound of the module docstring; None where it does not apply (no cluster
     levels, a job too large or of too many classes, or a single level with a cost step and no
@@ -83,7 +84,9 @@ def lagrangian_bound(
     objective: the plan is then proved). With ``counts`` the levels are also coupled through
     one worker count per domain, as in :func:`~tsched.solvers.bounds.nested.nested_bound`
     (its min-plus programme over the moved weights' densest tables); without, or above that
-    programme's work limit, each level's knapsack is taken on its own."""
+    programme's work limit, each level's knapsack is taken on its own. With ``splits_only``,
+    None also where no costed level has a group of workers its domains cannot hold (for
+    callers that want that part's gain only)."""
     if problem.cluster is None or not 0 < problem.n_workers <= LAGRANGE_MAX_WORKERS:
         return None
     levels = cut_levels(problem)
@@ -130,21 +133,18 @@ def lagrangian_bound(
     # per costed level, the components no domain of it holds (splits.py) and the share of
     # the level's weight on their pairs that is bounded by their least cut instead
     cands = [oversized_components(n, rows, cols, w, k, spans[k]) for k in active]
-    if len(active) < 2 and not cands[0]:
+    if (len(active) < 2 or splits_only) and not any(cands):
         return None
     inside = [[cand.inside(rows, cols) for cand in level] for level in cands]
     cuts: dict[tuple[int, int, bytes], float] = {}
 
     def must_cut(a: int, j: int, v: np.ndarray) -> float:
-        """The least weight ``v`` that level ``active[a]`` cuts inside candidate j's
-        components: Σ_c parts_c·λ_c/2 (splits.py), cached per weights."""
+        """A lower bound on the weight ``v`` that level ``active[a]`` cuts inside candidate
+        j's components (:func:`~tsched.solvers.bounds.splits.pieces_cut`), cached per
+        weights."""
         key = (a, j, hashlib.blake2b(np.round(v, 12).tobytes(), digest_size=16).digest())
         if key not in cuts:
-            cand = cands[a][j]
-            cuts[key] = sum(
-                parts * least_cut(members, rows, cols, v) / 2
-                for parts, members in zip(cand.parts, cand.members, strict=True)
-            )
+            cuts[key] = pieces_cut(cands[a][j], sizes_by_level[active[a]], rows, cols, v)
         return cuts[key]
 
     def savings(theta: np.ndarray, split: np.ndarray) -> float:

@@ -20,15 +20,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from tsched.solvers.bounds.groups import stoer_wagner_cut
 
-__all__ = ["Oversized", "MINCUT_MAX_WORKERS", "oversized_components", "least_cut"]
+__all__ = [
+    "Oversized",
+    "MINCUT_MAX_WORKERS",
+    "PIECES_SECONDS",
+    "oversized_components",
+    "pieces_cut",
+    "least_cut",
+]
 
 #: Largest set whose minimum cut is computed (Stoer–Wagner: 0.3 s at 512 workers).
 MINCUT_MAX_WORKERS = 512
+#: Seconds the pieces programme may take (its proved dual bound is used either way).
+PIECES_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,9 @@ class Oversized:
     label: np.ndarray
     parts: tuple[int, ...]
     members: tuple[np.ndarray, ...]
+    #: per component, its components at the next heavier weight (its TP groups, say) where
+    #: they all have one size of at least 2, else none
+    blocks: tuple[tuple[np.ndarray, ...], ...] = ()
 
     def inside(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Which pairs (rows[e], cols[e]) join two workers of one of these components."""
@@ -57,27 +70,137 @@ def oversized_components(
     thresholds whose oversized components are those of a heavier one are left out."""
     out: list[Oversized] = []
     seen: set[bytes] = set()
+    heavier = np.arange(n)  # the components at the previous (heavier) weight
     for t in np.unique(w)[::-1]:
         on = w >= t
         graph = coo_matrix((np.ones(int(on.sum())), (rows[on], cols[on])), shape=(n, n))
         _, comp = connected_components(graph, directed=False)
+        previous, heavier = heavier, comp
         sizes = np.bincount(comp)
         big = np.flatnonzero(sizes > largest)
         if not len(big):
             continue
         label = np.full(n, -1, dtype=np.int64)
-        members = []
+        members, blocks = [], []
         for c, k in enumerate(big.tolist()):
             idx = np.flatnonzero(comp == k)
             label[idx] = c
             members.append(idx)
+            _, sub = np.unique(previous[idx], return_inverse=True)
+            counts = np.bincount(sub)
+            same = len(np.unique(counts)) == 1 and counts[0] >= 2 and len(counts) >= 2
+            blocks.append(tuple(idx[sub == b] for b in range(len(counts))) if same else ())
         key = label.tobytes()
         if key in seen:
             continue
         seen.add(key)
         parts = tuple(max(2, -(-len(m) // largest)) for m in members)
-        out.append(Oversized(level, float(t), label, parts, tuple(members)))
+        out.append(Oversized(level, float(t), label, parts, tuple(members), tuple(blocks)))
     return out
+
+
+def pieces_cut(
+    cand: Oversized,
+    capacities: np.ndarray,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    weights: np.ndarray,
+    seconds: float = PIECES_SECONDS,
+) -> float:
+    """A lower bound on the weight ``weights`` that a level with domains of free GPUs
+    ``capacities`` cuts inside ``cand``'s components, taken over how the components can be cut
+    into pieces, one per domain, together.
+
+    A component touching y domains cuts at least ``y·λ/2`` (each piece's boundary is a cut of
+    it). Where a component is made of blocks of one size g (its TP groups), either no block is
+    split, and a domain of c free GPUs holds at most ⌊c/g⌋ of its blocks, or some component
+    splits one and cuts at least the blocks' least cut λ_g. With no block split, the least
+    ``Σ_C y_C·λ_C/2`` over the domains' capacity classes, whose free GPUs the components share,
+    is a small integer programme (HiGHS; its proved dual bound is taken); with one split, the
+    count bound ``Σ_C parts_C·λ_C/2`` with that component's term raised to λ_g. The smaller of
+    the two cases, and at least the count bound. Four pipeline stages of 17 TP groups on racks
+    that hold at most 10, 9, 8, 8 … groups: at most two stages fit in two pieces, so ten pieces
+    at least, where counting each stage alone gives eight."""
+    lams = [least_cut(m, rows, cols, weights) for m in cand.members]
+    terms = [p * lam / 2 for p, lam in zip(cand.parts, lams, strict=True)]
+    simple = float(sum(terms))
+    caps, counts = np.unique(np.asarray(capacities, dtype=np.int64), return_counts=True)
+    keep = caps > 0
+    caps, counts = caps[keep], counts[keep]
+    if not len(caps) or max(lams, default=0.0) <= 0:
+        return simple
+    sizes, splits = [], []
+    for c in range(len(cand.members)):
+        blocks = cand.blocks[c] if c < len(cand.blocks) else ()
+        if blocks:
+            sizes.append(len(blocks[0]))
+            lam_g = min(least_cut(b, rows, cols, weights) for b in blocks)
+            splits.append(simple - terms[c] + max(terms[c], lam_g))
+        else:
+            sizes.append(1)
+    whole = _pieces_programme(cand, lams, sizes, caps, counts, seconds)
+    return max(simple, min([whole, *splits]))
+
+
+def _pieces_programme(
+    cand: Oversized,
+    lams: list[float],
+    sizes: list[int],
+    caps: np.ndarray,
+    counts: np.ndarray,
+    seconds: float,
+) -> float:
+    """:func:`pieces_cut`'s integer programme with no block split: per component C (of
+    ``sizes[C]``-worker blocks) and capacity class k, the blocks x it puts in class-k domains
+    and the domains y it touches there. Its proved dual bound (0 where HiGHS gives none).
+    Components alike (size, block size and λ) are ordered by their pieces."""
+    classes, comps = len(caps), len(cand.members)
+    size = 2 * classes * comps
+    cost = np.zeros(size)
+    upper = np.zeros(size)
+    entries: list[tuple[int, int, float]] = []  # (row, column, value)
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(pairs: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(lo)
+        entries.extend((r, j, x) for j, x in pairs)
+        lo.append(low)
+        hi.append(high)
+
+    ks = range(classes)
+    for c, members in enumerate(cand.members):
+        g = sizes[c]
+        blocks = len(members) // g
+        per = np.minimum(caps // g, blocks)  # blocks one class-k domain can take
+        x, y = 2 * classes * c, 2 * classes * c + classes
+        upper[x : x + classes] = per * counts
+        upper[y : y + classes] = np.where(per > 0, counts, 0)
+        cost[y : y + classes] = lams[c] / 2
+        row([(x + k, 1.0) for k in ks], blocks, blocks)
+        for k in ks:
+            row([(x + k, 1.0), (y + k, -float(per[k]))], -np.inf, 0.0)
+        row([(y + k, 1.0) for k in ks], float(cand.parts[c]), np.inf)
+        if c and (len(members), g, lams[c]) == (len(cand.members[c - 1]), sizes[c - 1],
+                                                lams[c - 1]):  # fmt: skip
+            prev = y - 2 * classes
+            row([(prev + k, 1.0) for k in ks] + [(y + k, -1.0) for k in ks], 0.0, np.inf)
+    for k in ks:
+        row([(2 * classes * c + k, float(sizes[c])) for c in range(comps)], -np.inf,
+            float(caps[k] * counts[k]))  # fmt: skip
+    r, j, v = zip(*entries, strict=True)
+    matrix = coo_matrix((v, (r, j)), shape=(len(lo), size)).tocsr()
+    result = milp(
+        cost,
+        integrality=np.ones(size),
+        bounds=Bounds(np.zeros(size), upper),
+        constraints=LinearConstraint(matrix, lo, hi),
+        options={"time_limit": seconds},
+    )
+    dual = getattr(result, "mip_dual_bound", None)
+    if dual is None or not np.isfinite(dual):
+        return 0.0
+    return max(0.0, float(dual) * (1 - 1e-6))
 
 
 def least_cut(
