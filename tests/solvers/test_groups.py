@@ -80,3 +80,69 @@ def test_group_bounds_never_exceed_the_optimum(seed: int) -> None:
     optimum = _flat_optimum(problem)
     for bound in (packing_bound(problem), nested_bound(problem)):
         assert bound is None or bound <= optimum * (1 + 1e-9) + 1e-12
+
+
+def _node_optimum(problem: PlacementProblem) -> float:
+    """The optimum by CP-SAT's worker → node model, proved without tsched's bounds (exact
+    here: a node's GPUs are alike)."""
+    out = tsched.solve(problem, method="cpsat", seed=0, time_limit=60,
+                       options={"independent": True})  # fmt: skip
+    assert out.status == "optimal"
+    return out.objective
+
+
+def _split_job(seed: int) -> PlacementProblem | None:
+    """A TP × DP job of up to 12 workers (data-parallel rings between the TP groups) on 4–6
+    partly busy nodes of 4 GPUs, two or three to a leaf: groups must be split, and half-free
+    nodes could keep pairs between groups."""
+    rng = np.random.default_rng(seed)
+    nodes = int(rng.integers(4, 7))
+    busy = {}
+    for k in range(nodes):
+        taken = int(rng.choice([0, 1, 2, 2, 2, 3]))
+        if taken:
+            busy[f"n{k}"] = sorted(rng.choice(4, taken, replace=False).tolist())
+    cluster = fabric(nodes, int(rng.integers(2, 4)), gpus=4).with_busy(busy)
+    free = cluster.n_gpus - sum(len(v) for v in busy.values())
+    tp = int(rng.choice([2, 4]))
+    dp = int(min(rng.integers(2, 7), free // tp))
+    if dp < 2 or tp * dp > 12:
+        return None
+    problem = PlacementProblem.build(
+        cluster, Workload.from_layout("j", Layout(tp=tp, dp=dp), MODEL)
+    )
+    return problem if problem.n_workers <= problem.n_locations else None
+
+
+def _nested_with_shares(problem: PlacementProblem, shares: tuple[float, ...]) -> float | None:
+    import tsched.solvers.bounds.nested as nested
+
+    fresh = PlacementProblem.build(problem.cluster, problem.workload)  # nothing cached
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(nested, "GROUP_SHARES", shares)
+        return nested_bound(fresh)
+
+
+@given(st.integers(0, 2**31))
+@settings(max_examples=16, deadline=None)
+def test_group_forms_with_pieces_never_exceed_the_optimum(seed: int) -> None:
+    """The nested bound with every share of the pieces form (0 … 1) stays at or below the
+    optimum of :func:`_split_job`'s jobs."""
+    problem = _split_job(seed)
+    if problem is None:
+        return
+    bound = _nested_with_shares(problem, (0.0, 0.25, 0.5, 0.75, 1.0))
+    assert bound is None or bound <= _node_optimum(problem) * (1 + 1e-9) + 1e-12
+
+
+def test_pieces_form_charges_groups_cut_in_more_than_two() -> None:
+    """TP4 × DP3 on six partly busy nodes: counting split groups alone lets half-free nodes
+    keep pairs between groups as if each split group had two pieces; charging the pieces
+    beyond two raises the nested bound (14.929 → 15.419) towards the optimum (15.782)."""
+    problem = _split_job(103)
+    assert problem is not None
+    alone = _nested_with_shares(problem, (0.0,))
+    shared = _nested_with_shares(problem, (0.0, 0.25, 0.5))
+    optimum = _node_optimum(problem)
+    assert alone is not None and shared is not None
+    assert alone * (1 + 1e-3) < shared <= optimum * (1 + 1e-9)

@@ -31,6 +31,7 @@ __all__ = [
     "heavy_groups",
     "domain_capacity_cuts",
     "group_form",
+    "between_problem",
     "stoer_wagner_cut",
 ]
 
@@ -126,18 +127,28 @@ def domain_capacity_cuts(
     return out
 
 
-def group_form(problem: PlacementProblem, span: int) -> tuple[np.ndarray, float] | None:
+def group_form(
+    problem: PlacementProblem, span: int, share: float = 0.0, dense: np.ndarray | None = None
+) -> tuple[np.ndarray, float] | None:
     """The nested bound's form of the same argument for a level, with the traffic between
     groups: ``(cost, const)`` with ``cut ≥ const + Σ_d cost[p_d]`` over the level's domains.
 
-    ``cut = cut_in + cut_between``; ``cut_in ≥ λ·(G − whole groups)`` and ``cut_between ≥
-    W_between − (between-traffic kept inside domains)``, so ``cut ≥ λ·G + W_between −
-    Σ_d f(p_d)`` where ``f(p)`` bounds ``λ·(whole groups) + (between-traffic kept)`` in one
-    domain of p workers. With k whole groups and r = p − k·g loose workers, the traffic kept
-    between groups is at most the loose workers' between-degrees (every such pair inside the
-    domain touches a loose worker, or joins two whole groups): ``f(p) = max_k λ·k +
-    ½·T(k·g)·[k ≥ 2] + T(r)`` with T(s) the s largest between-degrees summed, and at most
-    ``½·T(p)`` with no whole group. None without heavy groups."""
+    ``cut = cut_in + cut_between``; ``cut_between ≥ W_between − (between-traffic kept inside
+    domains)``. A group split into y pieces (one per domain it touches) cuts at least
+    ``y·λ/2`` of its own traffic, and every split group has two pieces at least, so with
+    ``q_d`` the split groups touching domain d and ``k_d`` the groups whole in it, for any
+    ``share`` α in [0, 1]: ``cut_in ≥ (1 − α)·λ·(G − Σ_d k_d) + α·(λ/2)·Σ_d q_d``. Hence
+    ``cut ≥ (1 − α)·λ·G + W_between − Σ_d f(p_d)`` where ``f(p)`` bounds ``(1 − α)·λ·k −
+    α·(λ/2)·q + (between-traffic kept)`` in one domain of p workers. With k whole groups and
+    r = p − k·g loose workers (from q ≥ ⌈r/(g − 1)⌉ split groups), the traffic kept between
+    groups is at most the loose workers' between-degrees (every such pair inside the domain
+    touches a loose worker, or joins two whole groups), ``½·T(k·g)·[k ≥ 2] + T(r)`` with T(s)
+    the s largest between-degrees summed, and at most ``dense[p]`` where given (upper bounds
+    on the traffic between groups inside p workers, s = 0 … span); none when the loose
+    workers are one group's and no group is whole there. α = 0 is the count of split groups
+    alone; α > 0 also charges a group cut into more than two pieces (half-free nodes that each
+    keep pairs between groups take pieces of more groups than a split into two needs). None
+    without heavy groups."""
     groups = heavy_groups(problem)
     if groups is None:
         return None
@@ -147,12 +158,36 @@ def group_form(problem: PlacementProblem, span: int) -> tuple[np.ndarray, float]
     cum = np.cumsum(degree[:span])
     top[1 : len(cum) + 1] = cum
     top[len(cum) + 1 :] = cum[-1] if len(cum) else 0.0
-    f = 0.5 * top.copy()
+    if dense is None:
+        dense = np.full(span + 1, np.inf)
+    f = np.minimum(0.5 * top, dense)  # k = 0, loose workers of two groups or more
+    f[1] = 0.0  # one worker keeps nothing
+    r = np.arange(span + 1)
+    fewest = np.where(r > 0, -(-r // max(g - 1, 1)), 0)  # the fewest split groups r workers have
+    alone = fewest <= 1  # k = 0: one group's workers keep no pair between groups
+    f = np.where(alone, np.maximum(-share * lam / 2 * fewest, f - share * lam), f)
+    f = np.where(~alone, f - share * lam / 2 * fewest, f)
     for k in range(1, min(span // g, groups.count) + 1):
         p = np.arange(k * g, span + 1)
+        loose = p - k * g
         inside = 0.5 * top[k * g] if k >= 2 else 0.0
-        f[p] = np.maximum(f[p], lam * k + inside + top[p - k * g])
-    return -f, lam * groups.count + between
+        kept = np.minimum(inside + top[loose], dense[p])
+        pieces = np.where(loose > 0, np.maximum(fewest[loose], 1), 0)
+        f[p] = np.maximum(f[p], (1 - share) * lam * k - share * lam / 2 * pieces + kept)
+    return -f, (1 - share) * lam * groups.count + between
+
+
+def between_problem(problem: PlacementProblem) -> PlacementProblem | None:
+    """The traffic between heavy groups alone (the groups' own pairs left out), as a problem
+    on the same cluster; None without heavy groups."""
+    from dataclasses import replace
+
+    label = heavy_labels(problem)
+    if label is None:
+        return None
+    cross = label[problem.src] != label[problem.dst]
+    return replace(problem, name=f"{problem.name}/between", src=problem.src[cross],
+                   dst=problem.dst[cross], gb=problem.gb[cross])  # fmt: skip
 
 
 def _between_degrees(problem: PlacementProblem) -> tuple[np.ndarray, float]:

@@ -12,10 +12,10 @@ import numpy as np
 
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.basic import linear_floor
-from tsched.solvers.bounds.cuts import cut_levels, level_steps
+from tsched.solvers.bounds.cuts import DENSEST_MAX_PART, cut_levels, level_steps
 from tsched.solvers.bounds.densest import degree_ceiling, densest_weights
 from tsched.solvers.bounds.fibers import with_fibers
-from tsched.solvers.bounds.groups import group_form
+from tsched.solvers.bounds.groups import between_problem, group_form
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
 from tsched.solvers.bounds.symmetry import worker_orbits
@@ -30,6 +30,9 @@ NESTED_WORK = 100_000_000
 SYMMETRIC_DENSEST_MAX = 2048
 #: ... and the most orbits (:func:`worker_orbits`) for that.
 SYMMETRIC_ORBITS_MAX = 64
+#: The shares α of the domain-capacity form (:func:`~tsched.solvers.bounds.groups.group_form`)
+#: tried per level: 0 counts split groups, more charges groups cut into more than two pieces.
+GROUP_SHARES = (0.0, 0.25, 0.5)
 
 
 def _symmetric_search_pays(problem: PlacementProblem) -> bool:
@@ -85,9 +88,11 @@ def nested_bound(problem: PlacementProblem) -> float | None:
         level = [(-np.minimum(with_fibers(problem, weights, span, ceiling), total), total)]
         if projection and projection[k][1] is not None:  # the form best for this level alone
             level.append(projection[k][1])
-        grouped = group_form(problem, span)
-        if grouped is not None:  # heavy groups a domain of p workers cannot all hold whole
-            level.append(grouped)
+        dense = _between_weights(problem, span)
+        for share in GROUP_SHARES:  # heavy groups a domain of p workers cannot all hold whole
+            grouped = group_form(problem, span, share, dense)
+            if grouped is not None:
+                level.append(grouped)
         forms.append(level)
     best = None
     for choice in itertools.product(*forms):
@@ -166,3 +171,20 @@ def nested_min(
         if work > NESTED_WORK:
             return None
     return float(acc[n]) if len(acc) > n and np.isfinite(acc[n]) else None
+
+
+def _between_weights(problem: PlacementProblem, span: int) -> np.ndarray | None:
+    """Upper bounds on the traffic between heavy groups inside any s workers, s = 0 … span:
+    the packing weights (with fibers beyond a node) of that traffic alone (cached per span);
+    None without heavy groups."""
+
+    def build() -> np.ndarray | None:
+        rest = between_problem(problem)
+        if rest is None:
+            return None
+        kmax = min(span, DENSEST_MAX_PART)
+        weights = packing_weights(rest, kmax)[: kmax + 1]
+        table = with_fibers(rest, weights, span, degree_ceiling(rest))
+        return np.minimum(table[: span + 1], float(rest.gb.sum()))
+
+    return problem.cached(("between_weights", span), build)
