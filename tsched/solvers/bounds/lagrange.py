@@ -56,7 +56,7 @@ from tsched.solvers.bounds.fibers import with_fibers
 from tsched.solvers.bounds.nested import domain_tree, nested_min
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.partition import DENSEST_MAX_WORKERS
-from tsched.solvers.bounds.splits import oversized_components, pieces_cut
+from tsched.solvers.bounds.splits import PIECES_SECONDS, oversized_components, pieces_cut
 
 __all__ = ["LAGRANGE_MAX_WORKERS", "LAGRANGE_CLASSES", "LAGRANGE_SECONDS", "lagrangian_bound"]
 
@@ -144,7 +144,10 @@ def lagrangian_bound(
         weights."""
         key = (a, j, hashlib.blake2b(np.round(v, 12).tobytes(), digest_size=16).digest())
         if key not in cuts:
-            cuts[key] = pieces_cut(cands[a][j], sizes_by_level[active[a]], rows, cols, v)
+            seconds = min(PIECES_SECONDS, max(0.05, deadline - time.perf_counter()))
+            cuts[key] = pieces_cut(
+                cands[a][j], sizes_by_level[active[a]], rows, cols, v, seconds=seconds
+            )
         return cuts[key]
 
     def savings(theta: np.ndarray, split: np.ndarray) -> float:
