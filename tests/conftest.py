@@ -105,6 +105,19 @@ def brute_force(problem: PlacementProblem) -> tuple[float, np.ndarray]:
     return best, arg
 
 
+def check_lagrangian_bound(problem: PlacementProblem) -> None:
+    """The Lagrangian bound, with and without worker counts, at or below the optimum found by
+    enumeration (tiny problems only; infeasible or traffic-free ones are skipped)."""
+    from tsched.solvers.bounds.lagrange import lagrangian_bound
+
+    if not problem.feasible or problem.n_edges == 0:
+        return
+    optimum, _ = brute_force(problem)
+    for counts in (True, False):
+        value = lagrangian_bound(problem, counts=counts)
+        assert value is None or value <= optimum + 1e-9 * max(1.0, optimum)
+
+
 def listening(port: int, host: str = "127.0.0.1") -> bool:
     """Whether something accepts TCP connections at host:port now."""
     with socket.socket() as s:

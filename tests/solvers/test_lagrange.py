@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tsched
-from tests.conftest import brute_force, fabric
+from tests.conftest import check_lagrangian_bound, fabric
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds import nested_bound, packing_bound, partition_bound
 from tsched.solvers.bounds.lagrange import lagrangian_bound
@@ -29,12 +29,7 @@ def test_lagrangian_bound_never_exceeds_the_optimum(seed, n) -> None:
     f = rng.choice([0.0, 1.0, 2.0, 5.0], size=(n, n), p=[0.4, 0.3, 0.2, 0.1])
     np.fill_diagonal(f, 0)
     problem = PlacementProblem.build(cluster, Workload.from_matrix("w", f))
-    if not problem.feasible or problem.n_edges == 0:
-        return
-    optimum, _ = brute_force(problem)
-    for counts in (True, False):
-        value = lagrangian_bound(problem, counts=counts)
-        assert value is None or value <= optimum + 1e-9 * max(1.0, optimum)
+    check_lagrangian_bound(problem)
 
 
 def test_lagrangian_bound_proves_the_fragmented_moe_job() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import brute_force, fabric
+from tests.conftest import check_lagrangian_bound, fabric
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.lagrange import lagrangian_bound
 from tsched.solvers.bounds.splits import least_cut, oversized_components, pieces_cut
@@ -77,12 +77,7 @@ def test_bound_with_splits_never_exceeds_the_optimum(seed, n) -> None:
         f[a, b] = f[b, a] = float(rng.choice([3.0, 8.0]))
     f = np.triu(f, 1)
     problem = PlacementProblem.build(cluster, Workload.from_matrix("w", f + f.T))
-    if not problem.feasible or problem.n_edges == 0:
-        return
-    optimum, _ = brute_force(problem)
-    for counts in (True, False):
-        value = lagrangian_bound(problem, counts=counts)
-        assert value is None or value <= optimum + 1e-9 * max(1.0, optimum)
+    check_lagrangian_bound(problem)
 
 
 def test_a_ring_no_rack_holds_is_cut_twice() -> None:
