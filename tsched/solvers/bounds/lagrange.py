@@ -214,4 +214,3 @@ def lagrangian_bound(
                     if best <= enough:
                         return top * total - best + floor
     return top * total - best + floor
-    return top * total - best + floor

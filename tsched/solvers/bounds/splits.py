@@ -9,6 +9,10 @@ which is how :func:`~tsched.solvers.bounds.lagrange.lagrangian_bound` uses it: t
 level's weight it gives these sets is bounded by what they must cut, the rest by the level's
 densest tables.
 
+Counting each set alone gives ``p`` pieces; :func:`pieces_cut` counts them together, as the
+sets share the domains' free GPUs and a domain holds only whole blocks (TP groups) unless one
+is split, which costs the block's own least cut (a small integer programme).
+
 The candidate sets are the connected components of the traffic's heavier pairs, at each of
 its distinct weights: the tensor-parallel groups and data-parallel rings of one pipeline stage,
 say, where a stage is larger than any rack's free GPUs (a ring of arcs must be cut at least
