@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 from tests.conftest import check_lagrangian_bound, fabric
 from tsched.problem import PlacementProblem
 from tsched.solvers.bounds.lagrange import lagrangian_bound
-from tsched.solvers.bounds.splits import least_cut, oversized_components, pieces_cut
+from tsched.solvers.bounds.splits import (
+    least_cut,
+    oversized_components,
+    pieces_cut,
+    threshold_components,
+)
 from tsched.workload import Workload
 
 
@@ -51,7 +56,9 @@ def test_oversized_components_of_a_ring_of_groups() -> None:
             rows.append(base + 2 * g), cols.append(base + 2 * g + 1), w.append(10.0)
             rows.append(base + 2 * g + 1), cols.append(base + (2 * g + 2) % 6), w.append(2.0)
     rows.append(0), cols.append(6), w.append(0.5)
-    cands = oversized_components(12, np.array(rows), np.array(cols), np.array(w), 1, 4)
+    cands = oversized_components(
+        threshold_components(12, np.array(rows), np.array(cols), np.array(w)), 4
+    )
     assert [c.threshold for c in cands] == [2.0, 0.5]
     assert cands[0].parts == (2, 2)
     assert sorted(len(m) for m in cands[0].members) == [6, 6]
@@ -120,7 +127,7 @@ def test_pieces_of_four_rings_on_racks_that_tile_two() -> None:
     rows, cols, w = np.array(rows), np.array(cols), np.array(w)
     blocks = [10, 9, 8, 8, 8, 8, 7, 7, 5, 4, 4, 3, 3, 2, 1, 1]
     caps = 2 * np.array(blocks) + np.array([1, 0] * 8)  # a free GPU left over in some
-    cands = oversized_components(136, rows, cols, w, 1, int(caps.max()))
+    cands = oversized_components(threshold_components(136, rows, cols, w), int(caps.max()))
     rings = next(c for c in cands if c.threshold == 1.0)
     assert [len(b) for b in rings.blocks] == [17] * 4
     assert rings.parts == (2, 2, 2, 2)

@@ -19,7 +19,7 @@ pieces need not add up to whole groups — does not see. With worker counts ``p_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -180,8 +180,6 @@ def group_form(
 def between_problem(problem: PlacementProblem) -> PlacementProblem | None:
     """The traffic between heavy groups alone (the groups' own pairs left out), as a problem
     on the same cluster; None without heavy groups."""
-    from dataclasses import replace
-
     label = heavy_labels(problem)
     if label is None:
         return None

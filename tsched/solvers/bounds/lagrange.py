@@ -56,7 +56,12 @@ from tsched.solvers.bounds.fibers import with_fibers
 from tsched.solvers.bounds.nested import domain_tree, nested_min
 from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.partition import DENSEST_MAX_WORKERS
-from tsched.solvers.bounds.splits import PIECES_SECONDS, oversized_components, pieces_cut
+from tsched.solvers.bounds.splits import (
+    PIECES_SECONDS,
+    oversized_components,
+    pieces_cut,
+    threshold_components,
+)
 
 __all__ = ["LAGRANGE_MAX_WORKERS", "LAGRANGE_CLASSES", "LAGRANGE_SECONDS", "lagrangian_bound"]
 
@@ -132,7 +137,8 @@ def lagrangian_bound(
     nested = counts
     # per costed level, the components no domain of it holds (splits.py) and the share of
     # the level's weight on their pairs that is bounded by their least cut instead
-    cands = [oversized_components(n, rows, cols, w, k, spans[k]) for k in active]
+    layers = threshold_components(n, rows, cols, w)
+    cands = [oversized_components(layers, spans[k]) for k in active]
     if (len(active) < 2 or splits_only) and not any(cands):
         return None
     inside = [[cand.inside(rows, cols) for cand in level] for level in cands]

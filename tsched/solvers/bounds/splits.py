@@ -34,6 +34,7 @@ __all__ = [
     "Oversized",
     "MINCUT_MAX_WORKERS",
     "PIECES_SECONDS",
+    "threshold_components",
     "oversized_components",
     "pieces_cut",
     "least_cut",
@@ -47,18 +48,17 @@ PIECES_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class Oversized:
-    """The components of the pairs of weight ≥ ``threshold`` that no level-``level`` domain
-    holds: ``label[i]`` is worker i's component (−1: none of them), ``parts[c]`` the fewest
-    domains component c is split among, ``members[c]`` its workers."""
+    """The components of the pairs of weight ≥ ``threshold`` that no domain of a level holds:
+    ``label[i]`` is worker i's component (−1: none of them), ``parts[c]`` the fewest domains
+    component c is split among, ``members[c]`` its workers and ``blocks[c]`` its components at
+    the next heavier weight (its TP groups, say) where they all have one size of at least 2,
+    else none."""
 
-    level: int
     threshold: float
     label: np.ndarray
     parts: tuple[int, ...]
     members: tuple[np.ndarray, ...]
-    #: per component, its components at the next heavier weight (its TP groups, say) where
-    #: they all have one size of at least 2, else none
-    blocks: tuple[tuple[np.ndarray, ...], ...] = ()
+    blocks: tuple[tuple[np.ndarray, ...], ...]
 
     def inside(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Which pairs (rows[e], cols[e]) join two workers of one of these components."""
@@ -66,25 +66,32 @@ class Oversized:
         return (a >= 0) & (a == b)
 
 
-def oversized_components(
-    n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray, level: int, largest: int
-) -> list[Oversized]:
-    """Per distinct weight (heaviest first), the components of the pairs at least that heavy
-    with more than ``largest`` workers (a level's largest domain), as :class:`Oversized`;
-    thresholds whose oversized components are those of a heavier one are left out."""
-    out: list[Oversized] = []
-    seen: set[bytes] = set()
-    heavier = np.arange(n)  # the components at the previous (heavier) weight
+def threshold_components(
+    n: int, rows: np.ndarray, cols: np.ndarray, w: np.ndarray
+) -> list[tuple[float, np.ndarray]]:
+    """Per distinct weight t (heaviest first), a component label per worker over the pairs of
+    weight ≥ t: what :func:`oversized_components` filters for each level."""
+    out = []
     for t in np.unique(w)[::-1]:
         on = w >= t
         graph = coo_matrix((np.ones(int(on.sum())), (rows[on], cols[on])), shape=(n, n))
-        _, comp = connected_components(graph, directed=False)
-        previous, heavier = heavier, comp
+        out.append((float(t), connected_components(graph, directed=False)[1]))
+    return out
+
+
+def oversized_components(layers: list[tuple[float, np.ndarray]], largest: int) -> list[Oversized]:
+    """Per weight of :func:`threshold_components`' ``layers``, its components with more than
+    ``largest`` workers (a level's largest domain), as :class:`Oversized`; thresholds whose
+    oversized components are those of a heavier one are left out."""
+    out: list[Oversized] = []
+    seen: set[bytes] = set()
+    for i, (t, comp) in enumerate(layers):
+        previous = layers[i - 1][1] if i else np.arange(len(comp))  # the heavier components
         sizes = np.bincount(comp)
         big = np.flatnonzero(sizes > largest)
         if not len(big):
             continue
-        label = np.full(n, -1, dtype=np.int64)
+        label = np.full(len(comp), -1, dtype=np.int64)
         members, blocks = [], []
         for c, k in enumerate(big.tolist()):
             idx = np.flatnonzero(comp == k)
@@ -99,7 +106,7 @@ def oversized_components(
             continue
         seen.add(key)
         parts = tuple(max(2, -(-len(m) // largest)) for m in members)
-        out.append(Oversized(level, float(t), label, parts, tuple(members), tuple(blocks)))
+        out.append(Oversized(t, label, parts, tuple(members), tuple(blocks)))
     return out
 
 
@@ -134,8 +141,7 @@ def pieces_cut(
     if not len(caps) or max(lams, default=0.0) <= 0:
         return simple
     sizes, splits = [], []
-    for c in range(len(cand.members)):
-        blocks = cand.blocks[c] if c < len(cand.blocks) else ()
+    for c, blocks in enumerate(cand.blocks):
         if blocks:
             sizes.append(len(blocks[0]))
             lam_g = min(least_cut(b, rows, cols, weights) for b in blocks)
