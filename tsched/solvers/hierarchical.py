@@ -60,6 +60,7 @@ from tsched.solvers.base import Count, Flag, SolverOutput, register
 from tsched.solvers.baselines import domain_columns
 from tsched.solvers.bounds.groups import heavy_labels
 from tsched.solvers.greedy import candidate_sets, construct_dense, local_search
+from tsched.solvers.relocate import relocate_blocks
 
 __all__ = [
     "hierarchical",
@@ -639,6 +640,14 @@ def sparse_refine(
             _, made = _kernel().local_search(*args, 1, *tail)
             last_pass = time.perf_counter() - began
             made_total += int(made)
+            if made == 0 and not overrun():
+                # no exchange helps: a split heavy block may still move whole
+                gathered, made = relocate_blocks(problem, assign, graph, deadline)
+                if made:
+                    assign[:] = gathered
+                    occ[:] = -1
+                    occ[assign] = np.arange(problem.n_workers)
+                    made_total += int(made)
             if made == 0 or overrun():
                 return made_total
 
