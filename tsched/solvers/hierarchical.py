@@ -723,6 +723,22 @@ def _kick(
         b = loc_node[assign[int(indices[rng.integers(lo, hi)])]]
 
 
+def spread_locations(
+    problem: PlacementProblem, nodes: np.ndarray, counts: np.ndarray
+) -> np.ndarray:
+    """Exactly ``counts[i]`` free GPUs (locations, the first ones) of each node ``nodes[i]``:
+    a candidate set laid as the nested bound spreads the job (its counts sum to n)."""
+    assert problem.cluster is not None
+    node = problem.cluster.gpu_node[problem.locations]
+    want = np.zeros(problem.cluster.n_nodes, dtype=np.int64)
+    want[nodes] = counts
+    order = np.argsort(node, kind="stable")
+    first = np.searchsorted(node[order], node[order])  # each location's rank inside its node
+    rank = np.empty_like(first)
+    rank[order] = np.arange(len(order)) - first
+    return np.flatnonzero(rank < want[node])
+
+
 # ---------------------------------------------------------------------- the method
 def _partitioner_order(
     problem: PlacementProblem, names: tuple[str, ...], locs: np.ndarray | None
@@ -786,6 +802,9 @@ def hierarchical(
         (level, locs) for level, _, locs in candidate_sets(problem)
     ]
     sets.append(("free choice", None))
+    spread = problem.peek("nested_spread")  # left by the nested bound: the counts it prices
+    if spread is not None:
+        sets.insert(0, ("the nested bound's spread", spread_locations(problem, *spread)))
     best: tuple[float, np.ndarray, dict[str, Any]] | None = None
     tried = 0
     # the wide variant (module docstring, step 3) where a split is cheap enough to try more

@@ -20,7 +20,7 @@ from tsched.solvers.bounds.packing import packing_weights
 from tsched.solvers.bounds.projection import projection_best
 from tsched.solvers.bounds.symmetry import worker_orbits
 
-__all__ = ["NESTED_WORK", "domain_tree", "nested_bound", "nested_min"]
+__all__ = ["NESTED_WORK", "domain_tree", "nested_bound", "nested_counts", "nested_min"]
 
 
 #: Largest min-plus work (Σ over convolutions of their lengths' product) of the nested bound.
@@ -94,15 +94,22 @@ def nested_bound(problem: PlacementProblem) -> float | None:
             if grouped is not None:
                 level.append(grouped)
         forms.append(level)
-    best = None
+    best, best_costs = None, None
     for choice in itertools.product(*forms):
         costs = [steps[k] * cost for k, (cost, _) in enumerate(choice)]
         spent = nested_min(chain, free, costs, n)
         if spent is None:
             return None
         value = e[0] * total + sum(steps[k] * c for k, (_, c) in enumerate(choice)) + spent
-        best = value if best is None else max(best, value)
-    return None if best is None else best + linear_floor(problem)
+        if best is None or value > best:
+            best, best_costs = value, costs
+    if best is None:
+        return None
+    if best_costs is not None:  # the spread this bound prices: a plan may start from it
+        counts = nested_counts(chain, free, best_costs, n)
+        if counts is not None:
+            problem.remember("nested_spread", (chain[0], counts))
+    return best + linear_floor(problem)
 
 
 def domain_tree(
@@ -128,49 +135,123 @@ def nested_min(
     """``min Σ_ℓ Σ_{P at ℓ} costs[ℓ][|P|]`` over nested worker counts (node counts up to their
     free GPUs, summing to n), bottom-up; None above :data:`NESTED_WORK`. ``chain[ℓ]``: each
     live node's domain at level ℓ (``chain[0]``: the node itself)."""
-    work = 0
+    programme = _Programme(chain, free, costs, n)
+    return programme.value()
 
-    def minplus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        nonlocal work
+
+def nested_counts(
+    chain: list[np.ndarray], free: np.ndarray, costs: list[np.ndarray], n: int
+) -> np.ndarray | None:
+    """The worker count per live node (``chain[0]``'s order) of a minimiser of
+    :func:`nested_min`: the programme's choices traced back down the tree; None where it gives
+    none."""
+    programme = _Programme(chain, free, costs, n)
+    if programme.value() is None:
+        return None
+    return programme.counts()
+
+
+class _Programme:
+    """:func:`nested_min`'s dynamic programme, each domain's partial min-plus sums kept so a
+    minimiser can be traced back (:meth:`counts`). Domains with the same subtree share one
+    table (their signature)."""
+
+    def __init__(
+        self, chain: list[np.ndarray], free: np.ndarray, costs: list[np.ndarray], n: int
+    ) -> None:
+        self.chain, self.free, self.costs, self.n = chain, free, costs, n
+        self.work = 0
+        self.table: dict[Any, np.ndarray] = {}  # signature → min cost per count
+        self.partial: dict[Any, list[np.ndarray]] = {}  # signature → sums over its first kids
+        self.kids: list[dict[int, list[tuple[Any, int]]]] = []  # per level: domain → kids
+        self.top: list[tuple[Any, int]] = []
+        self.total: np.ndarray | None = None
+
+    def _minplus(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        n = self.n
         if len(a) > len(b):
             a, b = b, a
         out = np.full(min(len(a) + len(b) - 1, n + 1), np.inf)
-        work += len(a) * len(b)
+        self.work += len(a) * len(b)
         for i in range(min(len(a), n + 1)):
             if np.isfinite(a[i]):
                 seg = min(len(b), n + 1 - i)
                 np.minimum(out[i : i + seg], a[i] + b[:seg], out=out[i : i + seg])
         return out
 
-    cache: dict[Any, np.ndarray] = {}
-    current: dict[int, Any] = {}  # domain id at the level below → its subtree's signature
-    for node, f in zip(chain[0].tolist(), free.tolist(), strict=True):
-        key = ("node", int(f))
-        cache.setdefault(key, costs[0][: int(f) + 1].copy())
-        current[node] = key
-    for level in range(1, len(chain)):
-        children: dict[int, dict[int, Any]] = {}
-        for child, parent in zip(chain[level - 1].tolist(), chain[level].tolist(), strict=True):
-            children.setdefault(parent, {})[child] = current[child]
-        nxt = {}
-        for parent, kids in children.items():
-            key = (level, tuple(sorted(kids.values())))
-            if key not in cache:
-                acc = np.zeros(1)
-                for kid in kids.values():
-                    acc = minplus(acc, cache[kid])
-                    if work > NESTED_WORK:
+    def _sums(self, members: list[tuple[Any, int]]) -> list[np.ndarray] | None:
+        sums = [np.zeros(1)]
+        for key, _ in members:
+            sums.append(self._minplus(sums[-1], self.table[key]))
+            if self.work > NESTED_WORK:
+                return None
+        return sums
+
+    def value(self) -> float | None:
+        chain, costs, n = self.chain, self.costs, self.n
+        current: dict[int, Any] = {}  # domain id at the level below → its signature
+        for node, f in zip(chain[0].tolist(), self.free.tolist(), strict=True):
+            key = ("node", int(f))
+            self.table.setdefault(key, costs[0][: int(f) + 1].copy())
+            current[node] = key
+        for level in range(1, len(chain)):
+            found: dict[int, dict[int, Any]] = {}  # chain[ℓ] has one entry per live node
+            for child, parent in zip(chain[level - 1].tolist(), chain[level].tolist(), strict=True):
+                found.setdefault(parent, {})[child] = current[child]
+            children = {
+                parent: sorted(((key, child) for child, key in kids.items()), key=repr)
+                for parent, kids in found.items()
+            }
+            nxt = {}
+            for parent, kids in children.items():
+                key = (level, tuple(kid[0] for kid in kids))
+                if key not in self.table:
+                    sums = self._sums(kids)
+                    if sums is None:
                         return None
-                span = min(len(acc), len(costs[level]))
-                cache[key] = acc[:span] + costs[level][:span]
-            nxt[parent] = key
-        current = nxt
-    acc = np.zeros(1)
-    for key in current.values():
-        acc = minplus(acc, cache[key])
-        if work > NESTED_WORK:
+                    span = min(len(sums[-1]), len(costs[level]))
+                    self.partial[key] = sums
+                    self.table[key] = sums[-1][:span] + costs[level][:span]
+                nxt[parent] = key
+            self.kids.append(children)
+            current = nxt
+        self.top = sorted(((key, dom) for dom, key in current.items()), key=repr)
+        sums = self._sums(self.top)
+        if sums is None:
             return None
-    return float(acc[n]) if len(acc) > n and np.isfinite(acc[n]) else None
+        self.partial["top"] = sums
+        total = sums[-1]
+        return float(total[n]) if len(total) > n and np.isfinite(total[n]) else None
+
+    def _split(self, sums: list[np.ndarray], members: list[tuple[Any, int]], count: int):
+        """(member domain, its count) for a minimiser of ``sums[-1][count]``."""
+        out = []
+        for i in range(len(members), 0, -1):
+            key, dom = members[i - 1]
+            own, before = self.table[key], sums[i - 1]
+            ks = np.arange(min(len(own), count + 1))
+            ks = ks[count - ks < len(before)]
+            take = int(ks[np.argmin(before[count - ks] + own[ks])])
+            out.append((dom, take))
+            count -= take
+        return out
+
+    def counts(self) -> np.ndarray:
+        level = len(self.chain) - 1
+        todo = [(self.top, self.partial["top"], self.n)]
+        for _ in range(level):
+            nxt = []
+            for members, sums, count in todo:
+                for dom, take in self._split(sums, members, count):
+                    kids = self.kids[level - 1][dom]
+                    key = (level, tuple(kid[0] for kid in kids))
+                    nxt.append((kids, self.partial[key], take))
+            todo = nxt
+            level -= 1
+        node_count: dict[int, int] = {}
+        for members, sums, count in todo:
+            node_count.update(self._split(sums, members, count))
+        return np.array([node_count.get(node, 0) for node in self.chain[0].tolist()])
 
 
 def _between_weights(problem: PlacementProblem, span: int) -> np.ndarray | None:
