@@ -223,7 +223,9 @@ class _Programme:
         total = sums[-1]
         return float(total[n]) if len(total) > n and np.isfinite(total[n]) else None
 
-    def _split(self, sums: list[np.ndarray], members: list[tuple[Any, int]], count: int):
+    def _split(
+        self, sums: list[np.ndarray], members: list[tuple[Any, int]], count: int
+    ) -> list[tuple[int, int]]:
         """(member domain, its count) for a minimiser of ``sums[-1][count]``."""
         out = []
         for i in range(len(members), 0, -1):
