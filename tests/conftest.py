@@ -11,6 +11,7 @@ import pytest
 
 from tsched.cluster import Cluster, LinkClass, Node, NodeType
 from tsched.problem import PlacementProblem, objective
+from tsched.workload import ModelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -73,11 +74,9 @@ def nvl72_tp4_pp4_dp8() -> PlacementProblem:
     return PlacementProblem.build(cluster_from_dict(doc, "nvl72"), w)
 
 
-def moe_problem() -> PlacementProblem:
-    """A Mixtral-like MoE job (TP2 x EP8 x DP4, 64 workers) on 8 nodes, 4 per leaf."""
-    from tsched.workload import Layout, ModelSpec, Workload
-
-    moe = ModelSpec(
+def mixtral() -> ModelSpec:
+    """A Mixtral-like MoE model (47B parameters, 8 experts, top-2)."""
+    return ModelSpec(
         params_b=47,
         expert_params_b=45,
         hidden=4096,
@@ -87,8 +86,14 @@ def moe_problem() -> PlacementProblem:
         experts=8,
         top_k=2,
     )
+
+
+def moe_problem() -> PlacementProblem:
+    """A Mixtral-like MoE job (TP2 x EP8 x DP4, 64 workers) on 8 nodes, 4 per leaf."""
+    from tsched.workload import Layout, Workload
+
     return PlacementProblem.build(
-        fabric(8, 4), Workload.from_layout("moe", Layout(tp=2, dp=4, ep=8), moe)
+        fabric(8, 4), Workload.from_layout("moe", Layout(tp=2, dp=4, ep=8), mixtral())
     )
 
 

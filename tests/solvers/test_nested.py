@@ -8,22 +8,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import fabric
+from tests.conftest import fabric, mixtral
 from tsched.problem import PlacementProblem, objective
 from tsched.solvers.bounds.nested import nested_bound, nested_counts, nested_min
 from tsched.solvers.hierarchical import hierarchical, spread_locations
-from tsched.workload import Layout, ModelSpec, Workload
+from tsched.workload import Layout, Workload
 
-MOE = ModelSpec(
-    params_b=47,
-    expert_params_b=45,
-    hidden=4096,
-    layers=32,
-    seq_len=4096,
-    micro_batches=8,
-    experts=8,
-    top_k=2,
-)
+MOE = mixtral()
 
 
 def _tree(rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
