@@ -103,12 +103,11 @@ def nested_bound(problem: PlacementProblem) -> float | None:
         value = e[0] * total + sum(steps[k] * c for k, (_, c) in enumerate(choice)) + spent
         if best is None or value > best:
             best, best_costs = value, costs
-    if best is None:
+    if best is None or best_costs is None:
         return None
-    if best_costs is not None:  # the spread this bound prices: a plan may start from it
-        counts = nested_counts(chain, free, best_costs, n)
-        if counts is not None:
-            problem.remember("nested_spread", (chain[0], counts))
+    counts = nested_counts(chain, free, best_costs, n)  # the spread this bound prices
+    if counts is not None:  # a plan may start from it (the decomposition's first candidate)
+        problem.remember("nested_spread", (chain[0], counts))
     return best + linear_floor(problem)
 
 
@@ -151,6 +150,12 @@ def nested_counts(
     return programme.counts()
 
 
+def _signature(kid: tuple[Any, int]) -> Any:
+    """A domain's subtree signature: domains in one order per multiset of signatures, so
+    equal subtrees share one table (a stable sort keeps the domain order within ties)."""
+    return kid[0]
+
+
 class _Programme:
     """:func:`nested_min`'s dynamic programme, each domain's partial min-plus sums kept so a
     minimiser can be traced back (:meth:`counts`). Domains with the same subtree share one
@@ -165,7 +170,6 @@ class _Programme:
         self.partial: dict[Any, list[np.ndarray]] = {}  # signature → sums over its first kids
         self.kids: list[dict[int, list[tuple[Any, int]]]] = []  # per level: domain → kids
         self.top: list[tuple[Any, int]] = []
-        self.total: np.ndarray | None = None
 
     def _minplus(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         n = self.n
@@ -199,7 +203,7 @@ class _Programme:
             for child, parent in zip(chain[level - 1].tolist(), chain[level].tolist(), strict=True):
                 found.setdefault(parent, {})[child] = current[child]
             children = {
-                parent: sorted(((key, child) for child, key in kids.items()), key=repr)
+                parent: sorted(((key, child) for child, key in kids.items()), key=_signature)
                 for parent, kids in found.items()
             }
             nxt = {}
@@ -215,7 +219,7 @@ class _Programme:
                 nxt[parent] = key
             self.kids.append(children)
             current = nxt
-        self.top = sorted(((key, dom) for dom, key in current.items()), key=repr)
+        self.top = sorted(((key, dom) for dom, key in current.items()), key=_signature)
         sums = self._sums(self.top)
         if sums is None:
             return None
