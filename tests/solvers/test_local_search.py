@@ -22,6 +22,7 @@ def random_case(seed: int, n: int, k: int, symmetric: bool = False):
     f[:n, :n] = rng.integers(0, 9, (n, n)) * (rng.random((n, n)) < 0.6)
     np.fill_diagonal(f, 0)
     d = rng.integers(0, 9, (k, k)).astype(float)
+    np.fill_diagonal(d, rng.integers(1, 9, k))  # non-zero: asymmetric whatever else is drawn
     if symmetric:
         f, d = np.triu(f, 1) + np.triu(f, 1).T, np.triu(d, 1) + np.triu(d, 1).T
     lin = np.zeros((k, k))
