@@ -23,7 +23,9 @@ such), timed over the mapping run only.
 
 ``--settle`` answers, for every instance of up to 256 GPUs, whether a remaining gap is the
 plan's or the bound's: ``auto`` at its default budget, then CP-SAT's worker → node model from
-auto's plan for as long as it is given (section ``settle`` of ``benchmarks/results/clusters.md``).
+auto's plan for as long as it is given, and where that proves nothing, each domain of the
+coarsest level the plan spans solved alone from it with the rest fixed (:func:`by_domain`;
+section ``settle`` of ``benchmarks/results/clusters.md``).
 """
 
 from __future__ import annotations
