@@ -35,15 +35,16 @@ def relocate_blocks(
     traffic (each pair's both directions summed). Needs a cluster; unchanged otherwise."""
     cl = problem.cluster
     assign = np.array(assignment, dtype=np.int64)
-    label = heavy_labels(problem)
-    if cl is None or label is None or problem.n_workers < 2:
+    if cl is None or problem.n_workers < 2:
         return assign, 0
-    sizes = np.bincount(label)
-    blocks = [np.flatnonzero(label == b) for b in np.flatnonzero(sizes > 1)]
+    blocks = _blocks(problem)
     if not blocks:
         return assign, 0
-    node = cl.gpu_node[problem.locations].astype(np.int64)
-    domain = cl.level_domains(0)[node] if len(cl.levels) else np.zeros_like(node)
+    flat = np.concatenate(blocks)
+    starts = np.cumsum([0] + [len(b) for b in blocks[:-1]], dtype=np.int64)
+    node = problem.location_node().astype(np.int64)
+    groups = problem.location_groups()
+    domain = groups[:, 0] if groups.shape[1] else np.zeros_like(node)
     graph = graph.tocsr()
     used = np.zeros(problem.n_locations, dtype=bool)
     used[assign] = True
@@ -51,9 +52,12 @@ def relocate_blocks(
     changed = True
     while changed:
         changed = False
-        for members in blocks:
+        where = node[assign[flat]]  # the blocks in more than one node, all at once
+        split = np.minimum.reduceat(where, starts) != np.maximum.reduceat(where, starts)
+        for b in np.flatnonzero(split):
             if deadline is not None and time.perf_counter() > deadline:
                 return assign, moved
+            members = blocks[b]
             pieces = len(np.unique(node[assign[members]]))
             if pieces < 2:
                 continue
@@ -72,6 +76,21 @@ def relocate_blocks(
     return assign, moved
 
 
+def _blocks(problem: PlacementProblem) -> list[np.ndarray]:
+    """The heavy blocks of two workers or more (:func:`heavy_labels`), each's workers (cached:
+    the search asks at the end of every descent)."""
+
+    def build() -> list[np.ndarray]:
+        label = heavy_labels(problem)
+        if label is None:
+            return []
+        order = np.argsort(label, kind="stable")
+        cuts = np.flatnonzero(np.diff(label[order])) + 1
+        return [block for block in np.split(order, cuts) if len(block) > 1]
+
+    return problem.cached("heavy_blocks", build)
+
+
 def _destinations(
     members: np.ndarray,
     assign: np.ndarray,
@@ -87,7 +106,7 @@ def _destinations(
     s = len(members)
     order = np.argsort(node[avail], kind="stable")
     avail = avail[order]
-    nodes, starts, counts = np.unique(node[avail], return_index=True, return_counts=True)
+    _, starts, counts = np.unique(node[avail], return_index=True, return_counts=True)
     rows: list[np.ndarray] = []
     for k in np.flatnonzero(counts >= s):
         rows.append(avail[starts[k] : starts[k] + s])
