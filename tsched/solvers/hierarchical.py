@@ -728,15 +728,9 @@ def spread_locations(
 ) -> np.ndarray:
     """Exactly ``counts[i]`` free GPUs (locations, the first ones) of each node ``nodes[i]``:
     a candidate set laid as the nested bound spreads the job (its counts sum to n)."""
-    assert problem.cluster is not None
-    node = problem.cluster.gpu_node[problem.locations]
-    want = np.zeros(problem.cluster.n_nodes, dtype=np.int64)
-    want[nodes] = counts
-    order = np.argsort(node, kind="stable")
-    first = np.searchsorted(node[order], node[order])  # each location's rank inside its node
-    rank = np.empty_like(first)
-    rank[order] = np.arange(len(order)) - first
-    return np.flatnonzero(rank < want[node])
+    want = dict(zip(nodes.tolist(), counts.tolist(), strict=True))
+    runs = [np.arange(lo, lo + want.get(node, 0)) for node, lo, _, _ in problem.node_blocks()]
+    return np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
 
 
 # ---------------------------------------------------------------------- the method

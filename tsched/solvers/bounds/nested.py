@@ -94,20 +94,20 @@ def nested_bound(problem: PlacementProblem) -> float | None:
             if grouped is not None:
                 level.append(grouped)
         forms.append(level)
-    best, best_costs = None, None
+    best, best_programme = None, None
     for choice in itertools.product(*forms):
         costs = [steps[k] * cost for k, (cost, _) in enumerate(choice)]
-        spent = nested_min(chain, free, costs, n)
+        programme = _Programme(chain, free, costs, n)
+        spent = programme.value()
         if spent is None:
             return None
         value = e[0] * total + sum(steps[k] * c for k, (_, c) in enumerate(choice)) + spent
         if best is None or value > best:
-            best, best_costs = value, costs
-    if best is None or best_costs is None:
+            best, best_programme = value, programme
+    if best is None or best_programme is None:
         return None
-    counts = nested_counts(chain, free, best_costs, n)  # the spread this bound prices
-    if counts is not None:  # a plan may start from it (the decomposition's first candidate)
-        problem.remember("nested_spread", (chain[0], counts))
+    # the spread this bound prices: a plan may start from it (the decomposition's first set)
+    problem.remember("nested_spread", (chain[0], best_programme.counts()))
     return best + linear_floor(problem)
 
 
