@@ -165,8 +165,9 @@ def group_form(
     r = np.arange(span + 1)
     fewest = np.where(r > 0, -(-r // max(g - 1, 1)), 0)  # the fewest split groups r workers have
     alone = fewest <= 1  # k = 0: one group's workers keep no pair between groups
-    f = np.where(alone, np.maximum(-share * lam / 2 * fewest, f - share * lam), f)
-    f = np.where(~alone, f - share * lam / 2 * fewest, f)
+    f = np.where(
+        alone, np.maximum(-share * lam / 2 * fewest, f - share * lam), f - share * lam / 2 * fewest
+    )
     for k in range(1, min(span // g, groups.count) + 1):
         p = np.arange(k * g, span + 1)
         loose = p - k * g
